@@ -1,0 +1,61 @@
+"""Typed values the API returns. Tables and columns live in `connector.schema`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from connector.schema import Column, Table
+
+__all__ = ["Column", "Row", "RowPage", "Table", "TableSummary"]
+
+
+@dataclass(frozen=True)
+class TableSummary:
+    """An element of `GET /tables`."""
+
+    id: str
+    name: str
+    columns: int
+    rows: int
+    created_at: str
+
+    @classmethod
+    def from_api(cls, data: Mapping[str, Any]) -> TableSummary:
+        return cls(
+            id=str(data["id"]),
+            name=str(data["name"]),
+            columns=int(data.get("columns", 0)),
+            rows=int(data.get("rows", 0)),
+            created_at=str(data.get("created_at", "")),
+        )
+
+
+@dataclass(frozen=True)
+class Row:
+    """A row: its id, its cells by column name, and its timestamps (ISO 8601 strings)."""
+
+    id: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    created_at: str | None = None
+    updated_at: str | None = None
+
+    @classmethod
+    def from_api(cls, data: Mapping[str, Any]) -> Row:
+        return cls(
+            id=str(data["id"]),
+            fields=dict(data.get("fields") or {}),
+            created_at=data.get("created_at"),
+            updated_at=data.get("updated_at"),
+        )
+
+
+@dataclass(frozen=True)
+class RowPage:
+    """One page of `GET /tables/:id/rows`, with the limit and offset the server applied."""
+
+    rows: list[Row]
+    total: int | None
+    limit: int
+    offset: int

@@ -1,0 +1,121 @@
+"""Every error the connector raises, grouped by what the caller does next.
+
+    ConnectorError                  root: catch this to catch everything we raise
+    ├── ConfigError                 fix the configuration or the command line  (exit 2)
+    ├── InputError                  fix the source data; nothing was written   (exit 1)
+    │   └── (push.validate.ValidationReport carries the offending rows)
+    └── ApiError                    the API said no, or could not be reached
+        ├── AuthError               401: the key is missing or invalid
+        ├── PermissionDenied        403: the key may not touch this table / write
+        ├── NotFound                404: the table or row does not exist
+        ├── ApiValidationError      400/422 VALIDATION_ERROR: `field` names the column
+        ├── BadRequest              other 400s: a parameter we sent is wrong
+        ├── RateLimited             429 after retries ran out           (retriable)
+        ├── ServerError             5xx after retries ran out           (retriable)
+        └── TransportError          connection failed or timed out      (retriable)
+
+The transport's own exceptions never escape: they are wrapped and chained with ``from``.
+Messages never contain the API key.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ApiError",
+    "ApiValidationError",
+    "AuthError",
+    "BadRequest",
+    "ConfigError",
+    "ConnectorError",
+    "InputError",
+    "NotFound",
+    "PermissionDenied",
+    "RateLimited",
+    "ServerError",
+    "TransportError",
+]
+
+
+class ConnectorError(Exception):
+    """Root of every error the connector raises."""
+
+    #: Process exit code the CLI uses for this error.
+    exit_code: int = 1
+
+
+class ConfigError(ConnectorError):
+    """A configuration file, environment variable or command-line option is wrong."""
+
+    exit_code = 2
+
+
+class InputError(ConnectorError):
+    """Source data (a spreadsheet, a frame) is invalid; nothing was written."""
+
+
+class ApiError(ConnectorError):
+    """The API answered with an error, or could not be reached."""
+
+    #: True when the same request may succeed later (the retry policy gave up).
+    retriable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        code: str | None = None,
+        field: str | None = None,
+        method: str | None = None,
+        url: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+        self.field = field
+        self.method = method
+        self.url = url
+
+    def __str__(self) -> str:
+        where = f" ({self.method} {self.url})" if self.method and self.url else ""
+        status = f"{self.status} " if self.status else ""
+        return f"{status}{self.message}{where}"
+
+
+class AuthError(ApiError):
+    """401: set a valid key in CONNECTOR_API_KEY (or the job's key variable)."""
+
+
+class PermissionDenied(ApiError):
+    """403: the key is read-only or scoped to other tables."""
+
+
+class NotFound(ApiError):
+    """404: the table or row does not exist (or the base URL is wrong)."""
+
+
+class ApiValidationError(ApiError):
+    """The server rejected a value; ``field`` names the column at fault."""
+
+
+class BadRequest(ApiError):
+    """A parameter or body we sent was rejected for a reason other than a value."""
+
+
+class RateLimited(ApiError):
+    """429 persisted past the retry budget."""
+
+    retriable = True
+
+
+class ServerError(ApiError):
+    """5xx persisted past the retry budget."""
+
+    retriable = True
+
+
+class TransportError(ApiError):
+    """The server could not be reached, or the connection broke mid-request."""
+
+    retriable = True

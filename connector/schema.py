@@ -1,0 +1,243 @@
+"""Table schemas, and the one table that maps a column type to pandas, Arrow and SQL types.
+
+Every path (extract, load, push) asks this module what a column *is*; none keeps its own
+mapping. Unknown column types load as text, with one warning naming the type.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import sqlalchemy as sa
+
+__all__ = [
+    "SYSTEM_FIELDS",
+    "TYPES",
+    "Column",
+    "ColumnType",
+    "Table",
+    "UnknownColumnTypeWarning",
+    "arrow_schema",
+    "column_type",
+    "frame_from_arrow",
+]
+
+#: Row attributes that are not user columns, in the order they lead a frame.
+SYSTEM_FIELDS: tuple[str, ...] = ("id", "created_at", "updated_at")
+
+#: Metadata keys written on Arrow (and so Parquet) schemas and fields.
+META_TABLE_ID = b"connector.table_id"
+META_TABLE_NAME = b"connector.table_name"
+META_COLUMN_TYPE = b"connector.type"
+META_OPTIONS = b"connector.options"
+META_SYSTEM = b"connector.system"
+
+
+class UnknownColumnTypeWarning(UserWarning):
+    """A column has a type this connector does not know; it is read as text."""
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    """How one API column type is represented in each of our destinations."""
+
+    name: str
+    arrow: pa.DataType
+    pandas: Any  # a pandas dtype; `choice` refines it with the column's options
+    sql: type[sa.types.TypeEngine[Any]]
+
+
+_UTC_TIMESTAMP = ColumnType(
+    "timestamp", pa.timestamp("us", tz="UTC"), pd.DatetimeTZDtype("us", "UTC"), sa.DateTime
+)
+
+#: The one mapping. Keys are API column types.
+TYPES: Mapping[str, ColumnType] = {
+    "text": ColumnType("text", pa.string(), pd.StringDtype(), sa.Text),
+    "choice": ColumnType(
+        "choice", pa.dictionary(pa.int32(), pa.string()), pd.CategoricalDtype(), sa.Text
+    ),
+    "number": ColumnType("number", pa.float64(), pd.Float64Dtype(), sa.Double),
+    "checkbox": ColumnType("checkbox", pa.bool_(), pd.BooleanDtype(), sa.Boolean),
+    "date": ColumnType("date", pa.date32(), pd.ArrowDtype(pa.date32()), sa.Date),
+}
+
+_warned_types: set[str] = set()
+
+
+def column_type(type_name: str) -> ColumnType:
+    """The representation of `type_name`; unknown types are text (warned about once)."""
+    known = TYPES.get(type_name)
+    if known is not None:
+        return known
+    if type_name not in _warned_types:
+        _warned_types.add(type_name)
+        warnings.warn(
+            f"unknown column type {type_name!r}: reading its values as text",
+            UnknownColumnTypeWarning,
+            stacklevel=2,
+        )
+    return TYPES["text"]
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column definition as the API describes it."""
+
+    name: str
+    type: str
+    id: str = ""
+    required: bool = False
+    options: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_api(cls, data: Mapping[str, Any]) -> Column:
+        options = data.get("options")
+        return cls(
+            name=str(data["name"]),
+            type=str(data.get("type", "text")),
+            id=str(data.get("id", f"col_{data['name']}")),
+            required=bool(data.get("required", False)),
+            options=tuple(str(o) for o in options) if options is not None else None,
+        )
+
+    @property
+    def kind(self) -> ColumnType:
+        return column_type(self.type)
+
+    @property
+    def arrow_type(self) -> pa.DataType:
+        return self.kind.arrow
+
+    @property
+    def pandas_dtype(self) -> Any:
+        if self.type == "choice":
+            return pd.CategoricalDtype(list(self.options or ()), ordered=False)
+        return self.kind.pandas
+
+    @property
+    def sql_type(self) -> sa.types.TypeEngine[Any]:
+        if self.kind.sql is sa.DateTime:
+            return sa.DateTime(timezone=True)
+        return self.kind.sql()
+
+    def arrow_field(self, name: str | None = None) -> pa.Field:
+        meta = {META_COLUMN_TYPE: self.type.encode()}
+        if self.options is not None:
+            meta[META_OPTIONS] = json.dumps(list(self.options)).encode()
+        return pa.field(name or self.name, self.arrow_type, nullable=True, metadata=meta)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table's identity and column definitions (the API's "table schema")."""
+
+    id: str
+    name: str
+    columns: tuple[Column, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def from_api(cls, data: Mapping[str, Any]) -> Table:
+        return cls(
+            id=str(data["id"]),
+            name=str(data["name"]),
+            columns=tuple(Column.from_api(c) for c in data.get("columns", ())),
+        )
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def column(self, name: str) -> Column:
+        """The column called exactly `name`; KeyError names the known columns otherwise."""
+        for col in self.columns:
+            if col.name == name:
+                return col
+        raise KeyError(f"table {self.name!r} has no column {name!r}; columns: {self.column_names}")
+
+    def system_names(self) -> dict[str, str]:
+        """Frame column names for the row id and timestamps: ``_id``, ``_created_at``, ...
+
+        Prefixed with underscores so a user column called ``id`` or ``created_at`` survives;
+        more underscores are added while a user column already has the name.
+        """
+        taken = set(self.column_names)
+        names: dict[str, str] = {}
+        for attr in SYSTEM_FIELDS:
+            name = f"_{attr}"
+            while name in taken:
+                name = f"_{name}"
+            names[attr] = name
+            taken.add(name)
+        return names
+
+
+def _system_column(attr: str) -> ColumnType:
+    return TYPES["text"] if attr == "id" else _UTC_TIMESTAMP
+
+
+def arrow_schema(table: Table, columns: Sequence[str] | None = None) -> pa.Schema:
+    """The Arrow schema of `table`'s rows: system fields first, then the user columns.
+
+    Carries the table id and name on the schema, and each column's API type and choice
+    options on its field, so a Parquet file says what it was extracted from.
+    """
+    system = table.system_names()
+    fields = [
+        pa.field(
+            system[attr],
+            _system_column(attr).arrow,
+            nullable=attr != "id",
+            metadata={META_SYSTEM: attr.encode()},
+        )
+        for attr in SYSTEM_FIELDS
+    ]
+    wanted = table.columns if columns is None else [table.column(c) for c in columns]
+    fields.extend(col.arrow_field() for col in wanted)
+    return pa.schema(
+        fields,
+        metadata={META_TABLE_ID: table.id.encode(), META_TABLE_NAME: table.name.encode()},
+    )
+
+
+def frame_from_arrow(data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], table: Table) -> pd.DataFrame:
+    """A pandas DataFrame with the dtypes of `table`'s columns (choices keep all options)."""
+    if isinstance(data, pa.RecordBatch):
+        arrow = pa.Table.from_batches([data])
+    elif isinstance(data, pa.Table):
+        arrow = data
+    else:
+        batches = list(data)
+        arrow = pa.Table.from_batches(batches, schema=arrow_schema(table)) if batches else None
+        if arrow is None:
+            arrow = arrow_schema(table).empty_table()
+    frame = arrow.to_pandas(types_mapper=_pandas_type_for_arrow, ignore_metadata=True)
+    by_name = {c.name: c for c in table.columns}
+    system = {v: k for k, v in table.system_names().items()}
+    for name in frame.columns:
+        if name in system:
+            dtype: Any = "string" if system[name] == "id" else _UTC_TIMESTAMP.pandas
+        elif name in by_name:
+            dtype = by_name[name].pandas_dtype
+        else:
+            continue
+        frame[name] = frame[name].astype(dtype)
+    return frame
+
+
+def _pandas_type_for_arrow(arrow_type: pa.DataType) -> Any:
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        return pd.StringDtype()
+    if pa.types.is_floating(arrow_type):
+        return pd.Float64Dtype()
+    if pa.types.is_boolean(arrow_type):
+        return pd.BooleanDtype()
+    if pa.types.is_date32(arrow_type):
+        return pd.ArrowDtype(pa.date32())
+    return None
