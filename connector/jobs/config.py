@@ -1,0 +1,515 @@
+"""Job files: TOML read once at the boundary, validated into frozen objects.
+
+A job names where data comes from (`[source]`), which tables (`[tables]`), where they go
+(`[[destination]]`, each a Parquet directory or a SQLAlchemy URL with a mode), how
+(`[sync]`: incremental or full, what to do with deleted rows) and optionally which
+spreadsheets to push into tables first (`[[push]]`). Every error names the file, the key
+path (``destination[1].url``) and what is wrong; unknown keys are errors, so a typo never
+silently changes what a nightly job does. Relative paths are relative to the job file.
+
+The API key never appears in a job file: ``source.api_key_env`` holds the *name* of the
+environment variable that holds it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal, cast
+
+from connector.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_BASE_URL_ENV",
+    "DEFAULT_KEY_ENV",
+    "Condition",
+    "Destination",
+    "Job",
+    "PushSpec",
+    "Source",
+    "TableSelection",
+    "load_job",
+]
+
+DEFAULT_KEY_ENV = "CONNECTOR_API_KEY"
+DEFAULT_BASE_URL_ENV = "CONNECTOR_BASE_URL"
+
+WriteMode = Literal["replace", "append", "merge"]
+DeletePolicy = Literal["delete", "mark", "keep"]
+PushMode = Literal["insert", "update", "upsert", "mirror"]
+
+WRITE_MODES: tuple[WriteMode, ...] = ("replace", "append", "merge")
+DELETE_POLICIES: tuple[DeletePolicy, ...] = ("delete", "mark", "keep")
+PUSH_MODES: tuple[PushMode, ...] = ("insert", "update", "upsert", "mirror")
+FILTER_OPERATORS = ("eq", "gt")
+PUSH_SUFFIXES = (".csv", ".xlsx", ".xlsm", ".parquet")
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Names a secret would go under; refused with a pointer to ``api_key_env``.
+_SECRET_KEYS = frozenset({"api_key", "key", "token", "secret", "password", "apikey"})
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the API is and which environment variables hold its URL and key."""
+
+    base_url: str | None
+    base_url_env: str
+    api_key_env: str
+    page_size: int = 100
+    concurrency: int = 4
+
+    def resolve(self, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+        """The base URL and the key, read from the environment at run time."""
+        env = os.environ if environ is None else environ
+        base_url = self.base_url or env.get(self.base_url_env, "")
+        if not base_url:
+            raise ConfigError(
+                f"source.base_url is not set and the environment variable "
+                f"{self.base_url_env} is empty"
+            )
+        key = env.get(self.api_key_env, "")
+        if not key:
+            raise ConfigError(
+                f"source.api_key_env: the environment variable {self.api_key_env} "
+                "is not set (it must hold the API key)"
+            )
+        return base_url, key
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One filter condition, ``column op value``, as the API's filter object spells it."""
+
+    column: str
+    op: str
+    value: str | int | float | bool
+
+
+@dataclass(frozen=True)
+class TableSelection:
+    """Which tables a job reads (by name or id), and a filter per table."""
+
+    include: tuple[str, ...] | None = None  # None: every table the key can read
+    exclude: tuple[str, ...] = ()
+    filters: tuple[tuple[str, tuple[Condition, ...]], ...] = ()
+
+    def wants(self, table_id: str, name: str) -> bool:
+        names = {table_id, name}
+        if self.include is not None and not names & set(self.include):
+            return False
+        return not names & set(self.exclude)
+
+    def filter_for(self, table_id: str, name: str) -> tuple[Condition, ...]:
+        for table, conditions in self.filters:
+            if table in (table_id, name):
+                return conditions
+        return ()
+
+
+@dataclass(frozen=True)
+class Destination:
+    """A Parquet directory (one file per table) or a SQL database (one table per table)."""
+
+    kind: Literal["parquet", "sql"]
+    target: str  # an absolute directory for parquet, a SQLAlchemy URL for sql
+    mode: WriteMode
+    where: str  # the key path, for messages: ``destination[0]``
+
+    def describe(self) -> str:
+        if self.kind == "parquet":
+            return f"parquet:{self.target}"
+        return _redact_url(self.target)
+
+
+@dataclass(frozen=True)
+class PushSpec:
+    """Push a spreadsheet (or Parquet file) into a table, matching rows by `key`."""
+
+    file: Path
+    table: str
+    key: tuple[str, ...]
+    mode: PushMode
+    sheet: str | None
+    where: str
+
+
+@dataclass(frozen=True)
+class Job:
+    """A whole job file, validated."""
+
+    path: Path
+    name: str
+    source: Source
+    tables: TableSelection
+    destinations: tuple[Destination, ...]
+    incremental: bool
+    deletes: DeletePolicy
+    state_dir: Path
+    pushes: tuple[PushSpec, ...]
+
+    @property
+    def state_path(self) -> Path:
+        return self.state_dir / f"{self.name}.state.json"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.state_dir / f"{self.name}.lock"
+
+    def with_state_dir(self, state_dir: Path) -> Job:
+        return replace(self, state_dir=state_dir.resolve())
+
+
+def load_job(path: str | os.PathLike[str]) -> Job:
+    """Read and validate a job file; raise ConfigError naming the file and key at fault."""
+    file = Path(path)
+    try:
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{file}: cannot read the job file ({exc.strerror})") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+    return _Parser(file.resolve()).job(data)
+
+
+class _Section:
+    """Typed reads from one TOML table; `done()` rejects the keys nobody asked for."""
+
+    def __init__(self, parser: _Parser, data: Any, where: str) -> None:
+        self.parser = parser
+        self.where = where
+        if not isinstance(data, dict):
+            raise parser.error(where, f"must be a table, got {_kind(data)}")
+        self.data: dict[str, Any] = data
+        self.seen: set[str] = set()
+
+    def key(self, name: str) -> str:
+        return f"{self.where}.{name}" if self.where else name
+
+    def get(self, name: str) -> Any:
+        self.seen.add(name)
+        return self.data.get(name)
+
+    def string(self, name: str, default: str | None = None) -> str | None:
+        value = self.get(name)
+        if value is None:
+            return default
+        if not isinstance(value, str) or not value.strip():
+            raise self.parser.error(
+                self.key(name), f"must be a non-empty string, got {_kind(value)}"
+            )
+        return value
+
+    def integer(self, name: str, default: int, *, low: int, high: int) -> int:
+        value = self.get(name)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise self.parser.error(
+                self.key(name), f"must be an integer from {low} to {high}, got {value!r}"
+            )
+        return value
+
+    def boolean(self, name: str, default: bool) -> bool:
+        value = self.get(name)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.parser.error(self.key(name), f"must be true or false, got {value!r}")
+        return value
+
+    def choice(self, name: str, options: Sequence[str], default: str | None) -> str | None:
+        value = self.string(name, default)
+        if value is not None and value not in options:
+            raise self.parser.error(
+                self.key(name), f"must be one of {', '.join(options)}; got {value!r}"
+            )
+        return value
+
+    def strings(self, name: str) -> tuple[str, ...] | None:
+        value = self.get(name)
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self.parser.error(
+                self.key(name), f"must be a list of non-empty strings, got {_kind(value)}"
+            )
+        return tuple(value)
+
+    def done(self) -> None:
+        for name in self.data:
+            if name in self.seen:
+                continue
+            if name.lower() in _SECRET_KEYS:
+                raise self.parser.error(
+                    self.key(name),
+                    "secrets never go in a job file: put the API key in an environment "
+                    "variable and set source.api_key_env to that variable's name",
+                )
+            known = ", ".join(sorted(self.seen)) or "none"
+            raise self.parser.error(self.key(name), f"unknown key (known keys here: {known})")
+
+
+class _Parser:
+    def __init__(self, file: Path) -> None:
+        self.file = file
+        self.base = file.parent
+
+    def error(self, where: str, what: str) -> ConfigError:
+        return ConfigError(f"{self.file}: {where}: {what}")
+
+    def path(self, value: str) -> Path:
+        return (self.base / os.path.expanduser(value)).resolve()
+
+    def job(self, data: dict[str, Any]) -> Job:
+        top = _Section(self, data, "")
+        name = top.string("name", self.file.stem)
+        assert name is not None
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+            raise self.error("name", f"must be letters, digits, '_', '-' or '.'; got {name!r}")
+        source = self.source(top.get("source"))
+        tables = self.tables(top.get("tables"))
+        sync = _Section(self, top.get("sync") or {}, "sync")
+        incremental = sync.boolean("incremental", False)
+        deletes = cast(DeletePolicy, sync.choice("deletes", DELETE_POLICIES, "delete"))
+        state_dir_value = sync.string("state_dir")
+        sync.done()
+        destinations = self.destinations(top.get("destination"), incremental)
+        pushes = self.pushes(top.get("push"))
+        top.done()
+        if not destinations and not pushes:
+            raise self.error(
+                "destination", "missing: a job needs a [[destination]] to sync to or a [[push]]"
+            )
+        return Job(
+            path=self.file,
+            name=name,
+            source=source,
+            tables=tables,
+            destinations=destinations,
+            incremental=incremental,
+            deletes=deletes,
+            state_dir=self.path(state_dir_value) if state_dir_value else self.base,
+            pushes=pushes,
+        )
+
+    def source(self, data: Any) -> Source:
+        if data is None:
+            raise self.error("source", "missing: add a [source] table with api_key_env")
+        section = _Section(self, data, "source")
+        base_url = section.string("base_url")
+        if base_url is not None:
+            _check_url(self, "source.base_url", base_url)
+        base_url_env = section.string("base_url_env", DEFAULT_BASE_URL_ENV)
+        key_env = section.string("api_key_env", DEFAULT_KEY_ENV)
+        assert base_url_env is not None and key_env is not None
+        for where, value in (
+            ("source.base_url_env", base_url_env),
+            ("source.api_key_env", key_env),
+        ):
+            _check_env_name(self, where, value)
+        source = Source(
+            base_url=base_url.rstrip("/") if base_url else None,
+            base_url_env=base_url_env,
+            api_key_env=key_env,
+            page_size=section.integer("page_size", 100, low=1, high=1000),
+            concurrency=section.integer("concurrency", 4, low=1, high=32),
+        )
+        section.done()
+        return source
+
+    def tables(self, data: Any) -> TableSelection:
+        section = _Section(self, data or {}, "tables")
+        include = section.strings("include")
+        exclude = section.strings("exclude") or ()
+        if include is not None and not include:
+            raise self.error("tables.include", "is empty; leave it out to sync every table")
+        filters_data = section.get("filter")
+        section.done()
+        filters: list[tuple[str, tuple[Condition, ...]]] = []
+        if filters_data is not None:
+            by_table = _Section(self, filters_data, "tables.filter")
+            for table in list(by_table.data):
+                filters.append(
+                    (table, self.conditions(by_table.get(table), f"tables.filter.{_q(table)}"))
+                )
+                if include is not None and table not in include:
+                    raise self.error(
+                        f"tables.filter.{_q(table)}",
+                        "filters a table that tables.include leaves out",
+                    )
+        return TableSelection(include=include, exclude=exclude, filters=tuple(filters))
+
+    def conditions(self, data: Any, where: str) -> tuple[Condition, ...]:
+        section = _Section(self, data, where)
+        out: list[Condition] = []
+        for column in list(section.data):
+            spec = section.get(column)
+            at = f"{where}.{_q(column)}"
+            if not isinstance(spec, dict) or len(spec) != 1:
+                raise self.error(at, 'must be one operator and a value, like { eq = "open" }')
+            ((op, value),) = spec.items()
+            if op not in FILTER_OPERATORS:
+                raise self.error(
+                    f"{at}.{op}", f"unknown operator; use one of {', '.join(FILTER_OPERATORS)}"
+                )
+            if not isinstance(value, str | int | float | bool):
+                raise self.error(
+                    f"{at}.{op}", f"must be a string, number or boolean, got {_kind(value)}"
+                )
+            out.append(Condition(column, op, value))
+        if not out:
+            raise self.error(where, "is empty")
+        return tuple(out)
+
+    def destinations(self, data: Any, incremental: bool) -> tuple[Destination, ...]:
+        if data is None:
+            return ()
+        if isinstance(data, dict):
+            items: list[tuple[str, Any]] = [("destination", data)]
+        elif isinstance(data, list):
+            items = [(f"destination[{i}]", d) for i, d in enumerate(data)]
+        else:
+            raise self.error(
+                "destination", f"must be a table or an array of tables, got {_kind(data)}"
+            )
+        out = [self.destination(d, where, incremental) for where, d in items]
+        targets = [d.target for d in out]
+        for i, target in enumerate(targets):
+            if target in targets[:i]:
+                raise self.error(out[i].where, "writes to the same place as an earlier destination")
+        return tuple(out)
+
+    def destination(self, data: Any, where: str, incremental: bool) -> Destination:
+        section = _Section(self, data, where)
+        parquet = section.string("parquet")
+        url = section.string("url")
+        mode = section.choice("mode", WRITE_MODES, "merge" if incremental else "replace")
+        section.done()
+        if (parquet is None) == (url is None):
+            raise self.error(
+                where, "set exactly one of parquet (a directory) or url (a SQLAlchemy URL)"
+            )
+        if incremental and mode != "merge":
+            raise self.error(
+                f"{where}.mode",
+                f"an incremental sync merges changed rows; mode must be 'merge', got {mode!r}",
+            )
+        if parquet is not None:
+            return Destination("parquet", str(self.path(parquet)), cast(WriteMode, mode), where)
+        assert url is not None
+        return Destination("sql", self.sql_url(url, f"{where}.url"), cast(WriteMode, mode), where)
+
+    def sql_url(self, url: str, where: str) -> str:
+        import sqlalchemy as sa
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            parsed = sa.engine.make_url(url)
+        except ArgumentError:
+            raise self.error(
+                where,
+                "is not a SQLAlchemy URL (like sqlite:///out.db or postgresql+psycopg://host/db)",
+            ) from None
+        if parsed.password and parsed.password != "***":
+            raise self.error(
+                where,
+                "holds a password: leave it out and let the driver read it from the "
+                "environment (PGPASSWORD, ~/.pgpass) — job files hold no secrets",
+            )
+        if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+            parsed = parsed.set(database=str(self.path(parsed.database)))
+        return parsed.render_as_string(hide_password=False)
+
+    def pushes(self, data: Any) -> tuple[PushSpec, ...]:
+        if data is None:
+            return ()
+        if isinstance(data, dict):
+            data = [data]
+        if not isinstance(data, list):
+            raise self.error("push", f"must be an array of tables ([[push]]), got {_kind(data)}")
+        return tuple(self.push(d, f"push[{i}]") for i, d in enumerate(data))
+
+    def push(self, data: Any, where: str) -> PushSpec:
+        section = _Section(self, data, where)
+        file = section.string("file")
+        table = section.string("table")
+        key = section.strings("key")
+        mode = section.choice("mode", PUSH_MODES, "upsert")
+        sheet = section.string("sheet")
+        section.done()
+        if file is None:
+            raise self.error(f"{where}.file", "missing: the spreadsheet to push")
+        if table is None:
+            raise self.error(f"{where}.table", "missing: the table (name or id) to push into")
+        if not key:
+            raise self.error(f"{where}.key", "missing: the column(s) that identify a row")
+        path = self.path(file)
+        if path.suffix.lower() not in PUSH_SUFFIXES:
+            raise self.error(
+                f"{where}.file", f"must end in one of {', '.join(PUSH_SUFFIXES)}; got {path.name!r}"
+            )
+        if not path.is_file():
+            raise self.error(f"{where}.file", f"no such file: {path}")
+        if sheet is not None and path.suffix.lower() not in (".xlsx", ".xlsm"):
+            raise self.error(f"{where}.sheet", "only applies to Excel files")
+        return PushSpec(path, table, key, cast(PushMode, mode), sheet, where)
+
+
+def _check_env_name(parser: _Parser, where: str, value: str) -> None:
+    if not _ENV_NAME.fullmatch(value) or _looks_like_a_key(value):
+        # The value is not shown: it may be the very key we must not print.
+        raise parser.error(
+            where,
+            "must be the NAME of an environment variable (like CONNECTOR_API_KEY), not a "
+            "key or URL; the value is not shown in case it is a secret",
+        )
+
+
+def _looks_like_a_key(value: str) -> bool:
+    """Mixed-case or digit-heavy long strings are keys, not variable names."""
+    if len(value) < 20:
+        return False
+    has_lower = any(c.islower() for c in value)
+    has_upper = any(c.isupper() for c in value)
+    digits = sum(c.isdigit() for c in value)
+    return (has_lower and has_upper) or (has_lower and digits >= 4) or digits >= 8
+
+
+def _check_url(parser: _Parser, where: str, url: str) -> None:
+    if not re.match(r"https?://[^/\s]+", url):
+        raise parser.error(where, f"must be an http(s) URL ending in /v1, got {url!r}")
+    if "@" in url.split("/")[2]:
+        raise parser.error(
+            where, "must not carry credentials; the key comes from source.api_key_env"
+        )
+
+
+def _redact_url(url: str) -> str:
+    import sqlalchemy as sa
+
+    return sa.engine.make_url(url).render_as_string(hide_password=True)
+
+
+def _q(name: str) -> str:
+    """A TOML-style key path segment: bare when it can be, quoted otherwise."""
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else f'"{name}"'
+
+
+def _kind(value: Any) -> str:
+    return {
+        dict: "a table",
+        list: "an array",
+        str: "a string",
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+    }.get(type(value), type(value).__name__)

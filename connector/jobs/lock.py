@@ -1,0 +1,64 @@
+"""One run of a job at a time: an exclusive `flock` on a lock file beside the state.
+
+The kernel drops the lock when the process dies, even by `kill -9`, so a crashed run never
+leaves a stale lock behind. The file itself stays (deleting it would race with a waiter).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from connector.errors import ConnectorError
+
+__all__ = ["EXIT_LOCKED", "JobLocked", "job_lock"]
+
+#: Exit code when another run holds the lock (EX_TEMPFAIL: "try again later").
+EXIT_LOCKED = 75
+
+_POLL_SECONDS = 0.05
+
+
+class JobLocked(ConnectorError):
+    """Another run of the same job is in progress; this one did nothing."""
+
+    exit_code = EXIT_LOCKED
+
+
+@contextmanager
+def job_lock(path: Path, *, wait: float = 0.0, job: str = "") -> Iterator[None]:
+    """Hold the job's lock for the block; wait up to `wait` seconds for it, else JobLocked."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + max(wait, 0.0)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = _holder(fd)
+                    raise JobLocked(
+                        f"job {job or path.stem!r} is already running{holder} "
+                        f"(lock file {path}); waited {wait:g}s — nothing was done"
+                    ) from None
+                time.sleep(_POLL_SECONDS)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _holder(fd: int) -> str:
+    pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
+    return f" as process {pid}" if pid.isdigit() else ""

@@ -1,0 +1,117 @@
+"""What a job remembers between runs: a cursor per table, the last run, row counts.
+
+The state file is JSON, replaced atomically (written aside, fsynced, `os.replace`d), and
+only after the destination has committed; so a run that crashes or is killed leaves the
+state of the last good run, and the next run redoes the work it lost. It holds no secrets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from connector.errors import ConfigError
+
+__all__ = ["STATE_VERSION", "JobState", "RunRecord", "TableState", "load_state", "save_state"]
+
+STATE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TableState:
+    """One table after its last committed sync."""
+
+    table_id: str
+    name: str
+    #: The newest `updated_at` loaded (ISO 8601, as the server wrote it); None: none yet.
+    cursor: str | None
+    #: Rows the destinations held for this table after the commit.
+    rows: int
+    #: A fingerprint of the column definitions; a change forces a full re-read.
+    schema: str
+    synced_at: str
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """The outcome of the last run, for people and schedulers reading the state."""
+
+    started_at: str
+    finished_at: str
+    status: str
+    rows_written: int = 0
+    rows_deleted: int = 0
+
+
+@dataclass(frozen=True)
+class JobState:
+    tables: Mapping[str, TableState] = field(default_factory=dict)
+    last_run: RunRecord | None = None
+
+    def table(self, table_id: str) -> TableState | None:
+        return self.tables.get(table_id)
+
+    def with_table(self, table: TableState) -> JobState:
+        return replace(self, tables={**self.tables, table.table_id: table})
+
+    def with_run(self, run: RunRecord) -> JobState:
+        return replace(self, last_run=run)
+
+
+def load_state(path: Path) -> JobState:
+    """The saved state, or an empty one when the job never ran."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return JobState()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the job state ({exc.strerror})") from None
+    try:
+        data = json.loads(text)
+        if data.get("version") != STATE_VERSION:
+            raise ValueError(f"unsupported version {data.get('version')!r}")
+        tables = {k: TableState(**v) for k, v in data["tables"].items()}
+        last = data.get("last_run")
+        return JobState(tables, RunRecord(**last) if last else None)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ConfigError(
+            f"{path}: the job state is unreadable ({exc}); delete it to re-sync every table in full"
+        ) from None
+
+
+def save_state(path: Path, state: JobState) -> None:
+    """Replace the state file atomically: readers see the old state or the new, never half."""
+    payload: dict[str, Any] = {
+        "version": STATE_VERSION,
+        "tables": {k: asdict(v) for k, v in sorted(state.tables.items())},
+        "last_run": asdict(state.last_run) if state.last_run else None,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(payload, out, indent=2, sort_keys=True)
+            out.write("\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
