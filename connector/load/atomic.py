@@ -1,0 +1,54 @@
+"""Write a file aside and rename it into place, so readers see the old file or the new one.
+
+A failed or killed writer leaves the previous file untouched: the new content goes to a
+hidden temp file in the same directory (same filesystem, so the rename is atomic), is
+fsynced, and only then replaces the target. The directory is fsynced after the rename so
+the swap itself survives a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["atomic_path"]
+
+#: Temp files end with this, so globs on `*.parquet` / `*.csv` never pick up a partial file.
+PARTIAL_SUFFIX = ".partial"
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temp path beside `path`; on a clean exit it replaces `path` atomically.
+
+    On an exception the temp file is removed and `path` is left as it was.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=PARTIAL_SUFFIX)
+    os.close(fd)
+    temp = Path(name)
+    try:
+        yield temp
+        with open(temp, "rb+") as written:
+            os.fsync(written.fileno())
+        os.chmod(temp, 0o644)
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(target.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # some platforms cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,175 @@
+"""Arrow batches -> one Parquet file per table, streamed row group by row group, swapped in.
+
+Types survive a round trip through pandas, pyarrow and DuckDB: choices are dictionary
+columns whose dictionary is the column's options (so pandas reads a categorical with every
+option), numbers float64, checkboxes bool, dates date32, timestamps UTC. The file says what
+it was extracted from: table id and name, each column's API type and options (also as one
+JSON document, readable where Arrow field metadata is not), and the extraction time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Collection, Iterable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from connector.load.atomic import atomic_path
+from connector.schema import (
+    META_COLUMN_TYPE,
+    META_OPTIONS,
+    META_SYSTEM,
+    Column,
+    Table,
+    frame_from_arrow,
+)
+
+__all__ = ["ROW_GROUP_ROWS", "conform", "merge_parquet", "write_parquet"]
+
+#: Rows per Parquet row group: pages are buffered up to this, so memory stays bounded.
+ROW_GROUP_ROWS = 64 * 1024
+
+META_EXTRACTED_AT = b"connector.extracted_at"
+META_COLUMNS = b"connector.columns"
+META_PANDAS = b"pandas"
+
+
+def write_parquet(
+    batches: Iterable[pa.RecordBatch],
+    schema: pa.Schema,
+    path: str | os.PathLike[str],
+    *,
+    extracted_at: datetime | None = None,
+) -> int:
+    """Write `batches` to `path` as Parquet and return the row count.
+
+    The file is written aside and renamed into place: if anything fails (or the process is
+    killed) before the end, the previous file at `path` is untouched.
+    """
+    schema = _file_schema(schema, extracted_at or datetime.now(UTC))
+    rows = 0
+    with atomic_path(path) as temp, pq.ParquetWriter(temp, schema) as writer:
+        pending: list[pa.RecordBatch] = []
+        pending_rows = 0
+        for batch in batches:
+            pending.append(conform(batch, schema))
+            pending_rows += batch.num_rows
+            if pending_rows >= ROW_GROUP_ROWS:
+                writer.write_table(pa.Table.from_batches(pending, schema), ROW_GROUP_ROWS)
+                rows += pending_rows
+                pending, pending_rows = [], 0
+        if pending:
+            writer.write_table(pa.Table.from_batches(pending, schema), ROW_GROUP_ROWS)
+            rows += pending_rows
+    return rows
+
+
+def merge_parquet(
+    batches: Iterable[pa.RecordBatch],
+    schema: pa.Schema,
+    path: str | os.PathLike[str],
+    *,
+    deleted_ids: Collection[str] = (),
+    extracted_at: datetime | None = None,
+) -> int:
+    """Upsert `batches` by row id into the Parquet file at `path`, drop `deleted_ids`.
+
+    For incremental syncs: the file is rewritten (streamed, atomically) with its old rows
+    minus those changed or deleted, then the changed rows. Returns the rows now in the file.
+    A missing file is simply written.
+    """
+    id_name = _id_field(schema)
+    changed = [conform(batch, schema) for batch in batches]
+    drop = pa.array(
+        [*deleted_ids, *(i for b in changed for i in b.column(id_name).to_pylist())],
+        pa.string(),
+    )
+
+    def rows() -> Iterator[pa.RecordBatch]:
+        if Path(path).exists():
+            with pq.ParquetFile(path) as old:
+                for batch in old.iter_batches(batch_size=ROW_GROUP_ROWS):
+                    kept = batch.filter(pc.invert(pc.is_in(batch.column(id_name), drop)))
+                    yield conform(kept, schema)
+        yield from changed
+
+    return write_parquet(rows(), schema, path, extracted_at=extracted_at)
+
+
+def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """`batch` with exactly `schema`'s fields: cast where types differ, nulls where missing.
+
+    Lets an old file's rows join a newer schema (a column added or dropped upstream). Choice
+    columns are re-encoded so their dictionary is the column's options (then any value
+    outside them): pandas then reads a categorical whose categories are the options.
+    """
+    names = set(batch.schema.names)
+    columns = []
+    for f in schema:
+        column = batch.column(f.name) if f.name in names else pa.nulls(batch.num_rows, f.type)
+        if META_OPTIONS in (f.metadata or {}) and pa.types.is_dictionary(f.type):
+            column = _encode_choice(column, json.loads(f.metadata[META_OPTIONS]), f.type)
+        elif column.type != f.type:
+            column = column.cast(f.type)
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _encode_choice(column: pa.Array, options: list[str], type_: pa.DataType) -> pa.Array:
+    dictionary = pa.array(options, pa.string())
+    if isinstance(column, pa.DictionaryArray) and column.dictionary.equals(dictionary):
+        return column.cast(type_) if column.type != type_ else column
+    values = column.cast(pa.string())
+    unexpected = pc.unique(values.filter(pc.invert(pc.is_in(values, dictionary)))).drop_null()
+    dictionary = pa.concat_arrays([dictionary, unexpected])
+    indices = pc.index_in(values, dictionary).cast(type_.index_type)
+    return pa.DictionaryArray.from_arrays(indices, dictionary)
+
+
+def _id_field(schema: pa.Schema) -> str:
+    for f in schema:
+        if (f.metadata or {}).get(META_SYSTEM) == b"id":
+            return str(f.name)
+    raise ValueError("schema has no row id field (build it with connector.schema.arrow_schema)")
+
+
+def _file_schema(schema: pa.Schema, extracted_at: datetime) -> pa.Schema:
+    """`schema` with the extraction time and a JSON description of the columns."""
+    columns = []
+    for f in schema:
+        meta = f.metadata or {}
+        described: dict[str, object] = {"name": f.name}
+        if META_SYSTEM in meta:
+            described["system"] = meta[META_SYSTEM].decode()
+        if META_COLUMN_TYPE in meta:
+            described["type"] = meta[META_COLUMN_TYPE].decode()
+        if META_OPTIONS in meta:
+            described["options"] = json.loads(meta[META_OPTIONS])
+        columns.append(described)
+    return schema.with_metadata(
+        {
+            **(schema.metadata or {}),
+            META_EXTRACTED_AT: extracted_at.astimezone(UTC).isoformat().encode(),
+            META_COLUMNS: json.dumps(columns).encode(),
+            META_PANDAS: _pandas_metadata(schema),
+        }
+    )
+
+
+def _pandas_metadata(schema: pa.Schema) -> bytes:
+    """pandas' own schema note, so `pd.read_parquet` restores our nullable dtypes
+    (boolean, Float64, string, date) instead of object/float columns."""
+    user = []
+    for f in schema:
+        meta = f.metadata or {}
+        if META_COLUMN_TYPE in meta:
+            options = json.loads(meta[META_OPTIONS]) if META_OPTIONS in meta else None
+            user.append(Column(f.name, meta[META_COLUMN_TYPE].decode(), options=options))
+    table = Table(id="", name="", columns=tuple(user))
+    empty = frame_from_arrow(schema.empty_table(), table)
+    return bytes(pa.Schema.from_pandas(empty, preserve_index=False).metadata[META_PANDAS])
