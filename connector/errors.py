@@ -4,6 +4,7 @@
     ├── ConfigError                 fix the configuration or the command line  (exit 2)
     ├── InputError                  fix the source data; nothing was written   (exit 1)
     │   └── (push.validate.ValidationReport carries the offending rows)
+    ├── DestinationError            a file or database refused a load; old data kept (exit 1)
     └── ApiError                    the API said no, or could not be reached
         ├── AuthError               401: the key is missing or invalid
         ├── PermissionDenied        403: the key may not touch this table / write
@@ -27,6 +28,7 @@ __all__ = [
     "BadRequest",
     "ConfigError",
     "ConnectorError",
+    "DestinationError",
     "InputError",
     "NotFound",
     "PermissionDenied",
@@ -53,6 +55,10 @@ class InputError(ConnectorError):
     """Source data (a spreadsheet, a frame) is invalid; nothing was written."""
 
 
+class DestinationError(ConnectorError):
+    """A Parquet/CSV file or a SQL database refused a load; the previous data is intact."""
+
+
 class ApiError(ConnectorError):
     """The API answered with an error, or could not be reached."""
 
@@ -68,6 +74,7 @@ class ApiError(ConnectorError):
         field: str | None = None,
         method: str | None = None,
         url: str | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -76,6 +83,8 @@ class ApiError(ConnectorError):
         self.field = field
         self.method = method
         self.url = url
+        #: Seconds the server asked us to wait (its ``Retry-After``), when it said.
+        self.retry_after = retry_after
 
     def __str__(self) -> str:
         where = f" ({self.method} {self.url})" if self.method and self.url else ""

@@ -68,22 +68,13 @@ TYPES: Mapping[str, ColumnType] = {
     "date": ColumnType("date", pa.date32(), pd.ArrowDtype(pa.date32()), sa.Date),
 }
 
-_warned_types: set[str] = set()
-
-
 def column_type(type_name: str) -> ColumnType:
-    """The representation of `type_name`; unknown types are text (warned about once)."""
-    known = TYPES.get(type_name)
-    if known is not None:
-        return known
-    if type_name not in _warned_types:
-        _warned_types.add(type_name)
-        warnings.warn(
-            f"unknown column type {type_name!r}: reading its values as text",
-            UnknownColumnTypeWarning,
-            stacklevel=2,
-        )
-    return TYPES["text"]
+    """The representation of `type_name`; unknown types are text.
+
+    The warning about an unknown type is given once per table schema read (`Table.from_api`),
+    not here: this is called for every value path and must stay quiet.
+    """
+    return TYPES.get(type_name) or TYPES["text"]
 
 
 @dataclass(frozen=True)
@@ -144,11 +135,21 @@ class Table:
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> Table:
-        return cls(
+        """Validates the API's table schema; warns once naming any column type we do not know."""
+        table = cls(
             id=str(data["id"]),
             name=str(data["name"]),
             columns=tuple(Column.from_api(c) for c in data.get("columns", ())),
         )
+        unknown = {c.name: c.type for c in table.columns if c.type not in TYPES}
+        if unknown:
+            listed = ", ".join(f"{name!r} ({kind!r})" for name, kind in unknown.items())
+            warnings.warn(
+                f"table {table.name!r}: unknown column type for {listed}; reading as text",
+                UnknownColumnTypeWarning,
+                stacklevel=2,
+            )
+        return table
 
     @property
     def column_names(self) -> list[str]:
@@ -214,10 +215,9 @@ def frame_from_arrow(data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch],
         arrow = data
     else:
         batches = list(data)
-        arrow = pa.Table.from_batches(batches, schema=arrow_schema(table)) if batches else None
-        if arrow is None:
-            arrow = arrow_schema(table).empty_table()
-    frame = arrow.to_pandas(types_mapper=_pandas_type_for_arrow, ignore_metadata=True)
+        schema = batches[0].schema if batches else arrow_schema(table)
+        arrow = pa.Table.from_batches(batches, schema=schema)
+    frame: pd.DataFrame = arrow.to_pandas(types_mapper=_pandas_type_for_arrow, ignore_metadata=True)
     by_name = {c.name: c for c in table.columns}
     system = {v: k for k, v in table.system_names().items()}
     for name in frame.columns:

@@ -1,0 +1,565 @@
+"""The HTTP client: one method per endpoint, one request path, one page generator.
+
+`Client` and its async twin `AsyncClient` share everything but the I/O: an endpoint method
+describes its request as a `_Call` (what to send, which answers are fine, how to read the
+body, whether a replay is safe); `_send` is the only place that talks to httpx, paces the
+request through the key's `RateLimiter`, retries per the `RetryPolicy`, and turns every
+failure into one of `connector.errors`. httpx's exceptions never escape.
+
+Where `API.md` leaves a choice open, every alternative in DESIGN.md's table is accepted:
+200 or 201 on create, 200-with-row or 204 on update, ``{"rows": [...]}`` or a bare array on
+bulk create, any 2xx on deletes, 400 or 422 for validation (decided by the body's code).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Generic, Literal, Self, TypeVar
+
+import httpx
+import orjson
+
+from connector.api.limits import DEFAULT_PAGE_SIZE, MAX_BULK_ROWS
+from connector.api.models import Row, RowPage, TableSummary
+from connector.api.ratelimit import RateLimiter, limiter_for
+from connector.api.retry import RetryPolicy
+from connector.errors import (
+    ApiError,
+    ApiValidationError,
+    AuthError,
+    BadRequest,
+    ConfigError,
+    NotFound,
+    PermissionDenied,
+    RateLimited,
+    ServerError,
+    TransportError,
+)
+from connector.schema import Table
+
+__all__ = ["AsyncClient", "Client", "Filter", "NotSent"]
+
+T = TypeVar("T")
+
+#: ``{"Column": {"eq": value}}``; several columns are ANDed. Operators: ``eq``, ``gt``.
+Filter = Mapping[str, Mapping[str, Any]]
+FILTER_OPERATORS = frozenset({"eq", "gt"})
+
+ENV_BASE_URL = "CONNECTOR_BASE_URL"
+ENV_API_KEY = "CONNECTOR_API_KEY"
+#: The longest Retry-After we honour; a server asking for more gets this.
+MAX_RETRY_AFTER = 60.0
+
+
+class NotSent(TransportError):
+    """The connection was never made, so the request certainly did not happen."""
+
+
+@dataclass(frozen=True)
+class _Call(Generic[T]):
+    """One request, described: sent by `Client._send` or `AsyncClient._send`."""
+
+    method: Literal["GET", "POST", "PATCH", "DELETE"]
+    path: str
+    read: Callable[[httpx.Response], T]
+    params: Mapping[str, str | int] = field(default_factory=dict)
+    body: Any = None
+    #: For a DELETE: a 404 on a replay means an earlier, unanswered try did the work.
+    gone_is_done: bool = False
+
+    def replayable(self, exc: BaseException) -> bool:
+        """Whether repeating this call after `exc` can do no harm."""
+        if not isinstance(exc, ApiError) or not exc.retriable:
+            return False
+        if self.method != "POST":
+            return True  # reads, PATCH (sets values) and DELETE are idempotent
+        return isinstance(exc, RateLimited | NotSent)  # the POST certainly did not happen
+
+
+# --- the endpoints: what to send and how to read the answer -------------------------------
+
+
+def _list_tables() -> _Call[list[TableSummary]]:
+    def read(response: httpx.Response) -> list[TableSummary]:
+        data = _body(response)
+        items = data["tables"] if isinstance(data, dict) else data
+        return [TableSummary.from_api(t) for t in items]
+
+    return _Call("GET", "/tables", read)
+
+
+def _get_table(table_id: str) -> _Call[Table]:
+    return _Call("GET", f"/tables/{table_id}", lambda r: Table.from_api(_body(r)))
+
+
+def _list_rows(
+    table_id: str,
+    *,
+    limit: int,
+    offset: int,
+    sort: str | None,
+    order: Literal["asc", "desc"] | None,
+    filter: Filter | None,
+) -> _Call[RowPage]:
+    if limit < 1 or offset < 0:
+        raise ConfigError(f"limit must be >= 1 and offset >= 0 (got {limit}, {offset})")
+    params: dict[str, str | int] = {"limit": limit, "offset": offset}
+    if sort is not None:
+        params["sort"] = sort
+    if order is not None:
+        params["order"] = order
+    if filter:
+        params["filter"] = _encode_filter(filter)
+
+    def read(response: httpx.Response) -> RowPage:
+        data = _body(response)
+        rows = [Row.from_api(r) for r in data.get("rows") or ()]
+        total, applied, at = data.get("total"), data.get("limit"), data.get("offset")
+        return RowPage(
+            rows=rows,
+            total=int(total) if total is not None else None,
+            limit=int(applied) if applied else limit,
+            offset=int(at) if at is not None else offset,
+        )
+
+    return _Call("GET", f"/tables/{table_id}/rows", read, params=params)
+
+
+def _create_row(table_id: str, fields: Mapping[str, Any]) -> _Call[Row]:
+    return _Call(
+        "POST",
+        f"/tables/{table_id}/rows",
+        lambda r: Row.from_api(_body(r)),
+        body={"fields": dict(fields)},
+    )
+
+
+def _update_row(table_id: str, row_id: str, fields: Mapping[str, Any]) -> _Call[Row | None]:
+    def read(response: httpx.Response) -> Row | None:
+        if response.status_code == 204 or not response.content:
+            return None
+        return Row.from_api(_body(response))
+
+    return _Call(
+        "PATCH", f"/tables/{table_id}/rows/{row_id}", read, body={"fields": dict(fields)}
+    )
+
+
+def _delete_row(table_id: str, row_id: str) -> _Call[None]:
+    return _Call("DELETE", f"/tables/{table_id}/rows/{row_id}", _nothing, gone_is_done=True)
+
+
+def _create_rows(table_id: str, rows: Sequence[Mapping[str, Any]]) -> _Call[list[Row]]:
+    if not 1 <= len(rows) <= MAX_BULK_ROWS:
+        raise ValueError(f"create_rows sends 1 to {MAX_BULK_ROWS} rows per request, not {len(rows)}")
+
+    def read(response: httpx.Response) -> list[Row]:
+        data = _body(response)
+        items = data["rows"] if isinstance(data, dict) else data
+        return [Row.from_api(r) for r in items]
+
+    body = {"rows": [{"fields": dict(f)} for f in rows]}
+    return _Call("POST", f"/tables/{table_id}/rows/bulk", read, body=body)
+
+
+def _delete_rows(table_id: str, row_ids: Sequence[str]) -> _Call[None]:
+    if not 1 <= len(row_ids) <= MAX_BULK_ROWS:
+        raise ValueError(f"delete_rows sends 1 to {MAX_BULK_ROWS} ids per request, not {len(row_ids)}")
+    return _Call(
+        "DELETE", f"/tables/{table_id}/rows/bulk", _nothing, body={"row_ids": list(row_ids)}
+    )
+
+
+def _nothing(response: httpx.Response) -> None:
+    return None
+
+
+def _body(response: httpx.Response) -> Any:
+    try:
+        return orjson.loads(response.content)
+    except orjson.JSONDecodeError as exc:
+        raise ServerError(
+            f"the server sent a body that is not JSON (status {response.status_code})",
+            status=response.status_code,
+            method=response.request.method,
+            url=str(response.request.url),
+        ) from exc
+
+
+def _encode_filter(filter: Filter) -> str:
+    """Checks a filter's shape at the boundary and renders it for the query string."""
+    for column, condition in filter.items():
+        if not isinstance(condition, Mapping) or len(condition) != 1:
+            raise ConfigError(
+                f"filter on {column!r} must be one operator and a value, like {{'eq': 1}}"
+            )
+        (op,) = condition
+        if op not in FILTER_OPERATORS:
+            raise ConfigError(
+                f"filter on {column!r}: operator {op!r} is not one of {sorted(FILTER_OPERATORS)}"
+            )
+    return json.dumps(filter, separators=(",", ":"), default=str)
+
+
+# --- answers into errors ------------------------------------------------------------------
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        when = email.utils.parsedate_to_datetime(value) if value else None
+        if when is None:
+            return None
+        seconds = when.timestamp() - time.time()
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+
+
+class _Settings:
+    """What both clients share: where, who (kept secret), and how to turn answers into values."""
+
+    def __init__(
+        self,
+        base_url: str | None,
+        api_key: str | None,
+        timeout: float,
+        retry: RetryPolicy | None,
+        limiter: RateLimiter | None,
+    ) -> None:
+        base_url = base_url or os.environ.get(ENV_BASE_URL)
+        api_key = api_key or os.environ.get(ENV_API_KEY)
+        if not base_url:
+            raise ConfigError(f"no API base URL: pass base_url or set {ENV_BASE_URL} (it ends in /v1)")
+        if not api_key:
+            raise ConfigError(f"no API key: pass api_key or set {ENV_API_KEY}")
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key
+        self.timeout = timeout
+        self.retry = retry if retry is not None else RetryPolicy()
+        self.limiter = limiter if limiter is not None else limiter_for(self.base_url, api_key)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(base_url={self.base_url!r})"
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._api_key}", "Accept": "application/json"}
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self._api_key, "***") if self._api_key else text
+
+    def _request(self, call: _Call[Any]) -> httpx.Request:
+        content = orjson.dumps(call.body) if call.body is not None else None
+        headers = {"Content-Type": "application/json"} if content is not None else None
+        return httpx.Request(
+            call.method,
+            f"{self.base_url}{call.path}",
+            params=call.params,
+            content=content,
+            headers=headers,
+        )
+
+    def _transport_error(self, exc: httpx.HTTPError, call: _Call[Any]) -> TransportError:
+        never_sent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
+        kind = NotSent if never_sent else TransportError
+        what = "could not connect to" if never_sent else "lost the connection to"
+        return kind(
+            self._redact(f"{what} {self.base_url} ({type(exc).__name__}: {exc})"),
+            method=call.method,
+            url=f"{self.base_url}{call.path}",
+        )
+
+    def _finish(self, call: _Call[T], response: httpx.Response, replay: bool) -> T:
+        """Feeds the limiter, then reads the body or raises the error the status means."""
+        if response.status_code == 429:
+            self.limiter.on_throttled()
+        else:
+            self.limiter.on_accepted()
+        if response.is_success:
+            return call.read(response)
+        if response.status_code == 404 and call.gone_is_done and replay:
+            return call.read(response)
+        raise self._error(call, response)
+
+    def _error(self, call: _Call[Any], response: httpx.Response) -> ApiError:
+        status = response.status_code
+        code = message = field_name = None
+        try:
+            detail = orjson.loads(response.content).get("error") or {}
+            code, message, field_name = detail.get("code"), detail.get("message"), detail.get("field")
+        except (orjson.JSONDecodeError, AttributeError):
+            pass
+        said = f": {message}" if message else ""
+        kind: type[ApiError]
+        if status == 401:
+            kind, text = AuthError, f"the API key was refused{said}; set {ENV_API_KEY} to a valid key"
+        elif status == 403:
+            kind = PermissionDenied
+            text = (
+                f"the key may not {'read' if call.method == 'GET' else 'change'} this{said}; "
+                "use a key with access to the table (it may be read-only or scoped to other tables)"
+            )
+        elif status == 404:
+            kind = NotFound
+            text = (
+                f"not found{said}; check the table id or name (`connector tables` lists them), "
+                f"the row id, and that the base URL {self.base_url} ends in /v1"
+            )
+        elif code == "VALIDATION_ERROR" or status == 422:
+            column = f" in column {field_name!r}" if field_name else ""
+            kind, text = ApiValidationError, f"invalid value{column}{said}"
+        elif status == 429:
+            kind, text = RateLimited, "rate limited by the server; retries ran out, try again later"
+        elif status >= 500:
+            kind, text = ServerError, f"the server failed{said}"
+        else:
+            kind, text = BadRequest, f"the server rejected the request{said}"
+        return kind(
+            self._redact(text),
+            status=status,
+            code=code,
+            field=field_name,
+            method=call.method,
+            url=f"{self.base_url}{call.path}",
+            retry_after=_retry_after(response),
+        )
+
+
+class Client(_Settings):
+    """A synchronous client for one workspace. Use it as a context manager, or `close()` it.
+
+    `base_url` (ending in ``/v1``) and `api_key` default to ``CONNECTOR_BASE_URL`` and
+    ``CONNECTOR_API_KEY``. `transport` is the test seam (an httpx transport);
+    `limiter` defaults to the one shared by every client of this key in the process.
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+        transport: httpx.BaseTransport | None = None,
+        limiter: RateLimiter | None = None,
+    ) -> None:
+        super().__init__(base_url, api_key, timeout, retry, limiter)
+        self._transport = transport
+        self._http = httpx.Client(transport=transport, timeout=timeout, headers=self._headers())
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def async_twin(self) -> AsyncClient:
+        """An `AsyncClient` with the same settings and the same rate limiter."""
+        transport = self._transport if isinstance(self._transport, httpx.AsyncBaseTransport) else None
+        return AsyncClient(
+            self.base_url,
+            self._api_key,
+            timeout=self.timeout,
+            retry=self.retry,
+            transport=transport,
+            limiter=self.limiter,
+        )
+
+    def _send(self, call: _Call[T]) -> T:
+        """The one request path: pace, send, retry what is safe, map failures to our errors."""
+        for attempt in self.retry.retrying(call.replayable):
+            with attempt:
+                wait = self.limiter.reserve()
+                if wait > 0:
+                    time.sleep(wait)
+                try:
+                    response = self._http.send(self._request(call))
+                except httpx.HTTPError as exc:
+                    raise self._transport_error(exc, call) from exc
+                return self._finish(call, response, attempt.retry_state.attempt_number > 1)
+        raise AssertionError("unreachable: tenacity reraises the last failure")
+
+    def list_tables(self) -> list[TableSummary]:
+        """Every table the key may read."""
+        return self._send(_list_tables())
+
+    def get_table(self, table_id: str) -> Table:
+        """A table's schema: its name and column definitions."""
+        return self._send(_get_table(table_id))
+
+    def list_rows(
+        self,
+        table_id: str,
+        *,
+        limit: int = DEFAULT_PAGE_SIZE,
+        offset: int = 0,
+        sort: str | None = None,
+        order: Literal["asc", "desc"] | None = None,
+        filter: Filter | None = None,
+    ) -> RowPage:
+        """One page of rows; the page reports the limit the server actually applied."""
+        return self._send(
+            _list_rows(table_id, limit=limit, offset=offset, sort=sort, order=order, filter=filter)
+        )
+
+    def pages(
+        self,
+        table_id: str,
+        *,
+        page_size: int = DEFAULT_PAGE_SIZE,
+        sort: str = "created_at",
+        order: Literal["asc", "desc"] = "asc",
+        filter: Filter | None = None,
+    ) -> Iterator[RowPage]:
+        """Every page in an explicit order, advancing by the applied limit, to a short page."""
+        offset = 0
+        while True:
+            page = self.list_rows(
+                table_id, limit=page_size, offset=offset, sort=sort, order=order, filter=filter
+            )
+            yield page
+            offset = page.offset + page.limit
+            if _last_page(page, filtered=bool(filter)):
+                return
+
+    def create_row(self, table_id: str, fields: Mapping[str, Any]) -> Row:
+        """Creates one row. Not replayed after an ambiguous failure (it may have happened)."""
+        return self._send(_create_row(table_id, fields))
+
+    def update_row(self, table_id: str, row_id: str, fields: Mapping[str, Any]) -> Row | None:
+        """Sets the given fields; returns the row, or None when the server answers 204."""
+        return self._send(_update_row(table_id, row_id, fields))
+
+    def delete_row(self, table_id: str, row_id: str) -> None:
+        """Deletes one row."""
+        self._send(_delete_row(table_id, row_id))
+
+    def create_rows(self, table_id: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
+        """Creates up to `MAX_BULK_ROWS` rows in ONE request; rows come back in order."""
+        return self._send(_create_rows(table_id, rows))
+
+    def delete_rows(self, table_id: str, row_ids: Sequence[str]) -> None:
+        """Deletes up to `MAX_BULK_ROWS` rows in ONE request."""
+        self._send(_delete_rows(table_id, row_ids))
+
+
+class AsyncClient(_Settings):
+    """The async twin of `Client`: same constructor, same methods, awaited."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        limiter: RateLimiter | None = None,
+    ) -> None:
+        super().__init__(base_url, api_key, timeout, retry, limiter)
+        self._http = httpx.AsyncClient(
+            transport=transport,
+            timeout=timeout,
+            headers=self._headers(),
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
+        )
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _send(self, call: _Call[T]) -> T:
+        """The one async request path; the same steps as `Client._send`."""
+        async for attempt in self.retry.async_retrying(call.replayable):
+            with attempt:
+                wait = self.limiter.reserve()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                try:
+                    response = await self._http.send(self._request(call))
+                except httpx.HTTPError as exc:
+                    raise self._transport_error(exc, call) from exc
+                return self._finish(call, response, attempt.retry_state.attempt_number > 1)
+        raise AssertionError("unreachable: tenacity reraises the last failure")
+
+    async def list_tables(self) -> list[TableSummary]:
+        return await self._send(_list_tables())
+
+    async def get_table(self, table_id: str) -> Table:
+        return await self._send(_get_table(table_id))
+
+    async def list_rows(
+        self,
+        table_id: str,
+        *,
+        limit: int = DEFAULT_PAGE_SIZE,
+        offset: int = 0,
+        sort: str | None = None,
+        order: Literal["asc", "desc"] | None = None,
+        filter: Filter | None = None,
+    ) -> RowPage:
+        return await self._send(
+            _list_rows(table_id, limit=limit, offset=offset, sort=sort, order=order, filter=filter)
+        )
+
+    async def pages(
+        self,
+        table_id: str,
+        *,
+        page_size: int = DEFAULT_PAGE_SIZE,
+        sort: str = "created_at",
+        order: Literal["asc", "desc"] = "asc",
+        filter: Filter | None = None,
+    ) -> AsyncIterator[RowPage]:
+        offset = 0
+        while True:
+            page = await self.list_rows(
+                table_id, limit=page_size, offset=offset, sort=sort, order=order, filter=filter
+            )
+            yield page
+            offset = page.offset + page.limit
+            if _last_page(page, filtered=bool(filter)):
+                return
+
+    async def create_row(self, table_id: str, fields: Mapping[str, Any]) -> Row:
+        return await self._send(_create_row(table_id, fields))
+
+    async def update_row(
+        self, table_id: str, row_id: str, fields: Mapping[str, Any]
+    ) -> Row | None:
+        return await self._send(_update_row(table_id, row_id, fields))
+
+    async def delete_row(self, table_id: str, row_id: str) -> None:
+        await self._send(_delete_row(table_id, row_id))
+
+    async def create_rows(self, table_id: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
+        return await self._send(_create_rows(table_id, rows))
+
+    async def delete_rows(self, table_id: str, row_ids: Sequence[str]) -> None:
+        await self._send(_delete_rows(table_id, row_ids))
+
+
+def _last_page(page: RowPage, *, filtered: bool) -> bool:
+    """A short or empty page ends the read; so does the total, when no filter makes it doubtful."""
+    if len(page.rows) < page.limit:
+        return True
+    return not filtered and page.total is not None and page.offset + len(page.rows) >= page.total
