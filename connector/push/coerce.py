@@ -1,0 +1,326 @@
+"""Turn spreadsheet cells into a column's values the way a spreadsheet user means them.
+
+Each column type has one *canonical* pandas form, used for both the source and the live table,
+so the diff compares like with like (``1`` and ``1.0`` are the same number; an empty cell and a
+null are the same nothing): text, choice and date → ``string`` (dates as ``YYYY-MM-DD``),
+number → ``Float64``, checkbox → ``boolean``. Every value a rule changed is counted by rule name,
+so a plan can say what it did to the data; a cell no rule accepts becomes an error message.
+
+The work is vectorised over each kind of cell (strings, numbers, dates, booleans) in a column;
+only cells of an unusual kind for their column (a number in a text column, say) go one by one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import numbers
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from connector.schema import Column
+
+__all__ = ["Coerced", "canonical_dtype", "coerce_column", "same_values", "wire_values"]
+
+#: Cell texts that mean "no value" (what spreadsheets and pandas write for nulls).
+NULL_TOKENS = frozenset({"", "nan", "NaN", "None", "<NA>", "NaT", "null"})
+TRUE_TOKENS = frozenset({"true", "t", "yes", "y", "1", "on", "x"})
+FALSE_TOKENS = frozenset({"false", "f", "no", "n", "0", "off"})
+#: Excel's day zero (serial 1 is 1900-01-01 for every date after Excel's phantom 1900-02-29).
+EXCEL_EPOCH = dt.date(1899, 12, 30)
+#: Serial of 9999-12-31, the last date Excel knows.
+EXCEL_MAX_SERIAL = 2_958_465
+#: Numbers beyond this are sent as floats: JSON readers may not hold larger integers exactly.
+_MAX_EXACT_INT = 2**53
+#: Numbers compare equal within this relative tolerance, so re-parsing never makes an update.
+_NUMBER_RTOL = 1e-12
+
+_ISO_DATE = r"\d{4}-\d{2}-\d{2}"
+_ISO_MIDNIGHT = _ISO_DATE + r"[T ]00:00(?::00(?:\.0+)?)?(?:Z|[+-]00:?00)?"
+_SERIAL = r"\d{1,7}(?:\.0+)?"
+_THOUSANDS = r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?"
+
+_CANONICAL: dict[str, str] = {
+    "text": "string",
+    "choice": "string",
+    "date": "string",
+    "number": "Float64",
+    "checkbox": "boolean",
+}
+
+
+@dataclass(frozen=True)
+class Coerced:
+    """A column's canonical values, the cells no rule accepted, and what each rule did."""
+
+    values: pd.Series
+    #: Error message by frame position, for the cells that could not be coerced.
+    errors: dict[int, str]
+    counts: Counter[str]
+
+
+def canonical_dtype(column: Column) -> str:
+    """The pandas dtype both sides of a diff use for `column`."""
+    return _CANONICAL[column.kind.name]
+
+
+def coerce_column(cells: pd.Series, column: Column) -> Coerced:
+    """Coerce one source (or table) column to `column`'s canonical form."""
+    kind = column.kind.name
+    cells = cells.reset_index(drop=True)
+    obj = cells.astype(object) if cells.dtype != object else cells
+    types = obj.map(type)
+    kinds = types.map(_kind_of_type).to_numpy()
+    nulls = obj.isna().to_numpy() | (kinds == "other") & types.map(_is_null_type).to_numpy()
+    is_str = (kinds == "str") & ~nulls
+    texts = pd.Series(obj[is_str], dtype="string")
+    blank = texts.str.strip().isin(NULL_TOKENS).to_numpy(dtype=bool)
+    counts: Counter[str] = Counter()
+    counts["empty → null"] = int(blank.sum())
+    nulls[np.flatnonzero(is_str)[blank]] = True
+    is_str[np.flatnonzero(is_str)[blank]] = False
+    # NaN floats and NaT are nulls already; keep counting honest for them too.
+    counts["empty → null"] += int((nulls & (kinds != "str")).sum())
+
+    out = pd.Series(pd.NA, index=cells.index, dtype=canonical_dtype(column))
+    errors: dict[int, str] = {}
+    ctx = _Ctx(kind, obj, kinds, nulls, out, errors, counts)
+    ctx.strings(is_str)
+    for cell_kind in ("number", "bool", "date", "datetime", "other"):
+        ctx.natives(cell_kind)
+    return Coerced(out, errors, +counts)
+
+
+def same_values(a: pd.Series, b: pd.Series, column: Column) -> np.ndarray[Any, np.dtype[np.bool_]]:
+    """Element-wise equality by column type: null equals null, numbers within float noise."""
+    a_na = a.isna().to_numpy(dtype=bool)
+    b_na = b.isna().to_numpy(dtype=bool)
+    equal: np.ndarray[Any, np.dtype[np.bool_]] = a_na & b_na
+    if column.kind.name == "number":
+        x = a.to_numpy(dtype=float, na_value=np.nan)
+        y = b.to_numpy(dtype=float, na_value=np.nan)
+        same = np.isclose(x, y, rtol=_NUMBER_RTOL, atol=0.0)
+    else:
+        same = (a == b).fillna(False).to_numpy(dtype=bool)
+    result: np.ndarray[Any, np.dtype[np.bool_]] = equal | (~a_na & ~b_na & same)
+    return result
+
+
+def wire_values(values: pd.Series, column: Column) -> list[Any]:
+    """Canonical values as JSON cells (None for null; whole numbers as integers)."""
+    raw = values.astype(object).where(values.notna(), None).tolist()
+    if column.kind.name != "number":
+        return raw
+    return [_wire_number(v) for v in raw]
+
+
+def _wire_number(value: float | None) -> float | int | None:
+    if value is None:
+        return None
+    if float(value).is_integer() and abs(value) < _MAX_EXACT_INT:
+        return int(value)
+    return float(value)
+
+
+# --- cell kinds --------------------------------------------------------------------------
+
+
+def _kind_of_type(t: type) -> str:
+    if issubclass(t, str):
+        return "str"
+    if issubclass(t, (bool, np.bool_)):
+        return "bool"
+    if issubclass(t, numbers.Number):
+        return "number"
+    if issubclass(t, (dt.datetime, np.datetime64)):
+        return "datetime"
+    if issubclass(t, dt.date):
+        return "date"
+    return "other"
+
+
+def _is_null_type(t: type) -> bool:
+    return t is type(None) or t is type(pd.NA)
+
+
+@dataclass
+class _Ctx:
+    """The column being coerced: where each kind of cell is, and where results go."""
+
+    type: str
+    cells: pd.Series
+    kinds: np.ndarray[Any, Any]
+    nulls: np.ndarray[Any, Any]
+    out: pd.Series
+    errors: dict[int, str]
+    counts: Counter[str]
+
+    def strings(self, mask: np.ndarray[Any, Any]) -> None:
+        if not mask.any():
+            return
+        positions = np.flatnonzero(mask)
+        texts = pd.Series(self.cells.iloc[positions].to_numpy(), dtype="string")
+        values, failed, counts = _STRING_RULES[self.type](texts)
+        ok = ~failed
+        self.out.iloc[positions[ok]] = values[ok].to_numpy()  # type: ignore[call-overload]
+        self.counts.update(counts)
+        for pos in positions[failed]:
+            self.errors[int(pos)] = _NOT[self.type]
+
+    def natives(self, kind: str) -> None:
+        mask = (self.kinds == kind) & ~self.nulls
+        if not mask.any():
+            return
+        rule = _NATIVE_RULES[self.type].get(kind)
+        for pos in np.flatnonzero(mask).tolist():
+            value = self.cells.iat[pos]
+            result = rule(value) if rule else None
+            if result is None:
+                self.errors[int(pos)] = _NOT[self.type]
+                continue
+            converted, counted = result
+            self.out.iat[pos] = converted
+            if counted:
+                self.counts[counted] += 1
+
+
+# --- rules for text cells (vectorised) ---------------------------------------------------
+
+_StringRule = Any  # Callable[[pd.Series], tuple[pd.Series, np.ndarray, Counter[str]]]
+_NativeRule = Any  # Callable[[Any], tuple[Any, str | None] | None]
+
+_NOT: dict[str, str] = {
+    "text": "not text",
+    "choice": "not a choice value",
+    "number": "not a number",
+    "checkbox": "not a checkbox value (use TRUE/FALSE, yes/no or 1/0)",
+    "date": "not a date (use YYYY-MM-DD or an Excel date)",
+}
+
+
+def _text_strings(texts: pd.Series) -> tuple[pd.Series, np.ndarray[Any, Any], Counter[str]]:
+    return texts, np.zeros(len(texts), dtype=bool), Counter()
+
+
+def _number_strings(texts: pd.Series) -> tuple[pd.Series, np.ndarray[Any, Any], Counter[str]]:
+    stripped = texts.str.strip()
+    parsed = pd.to_numeric(stripped.astype(object), errors="coerce").astype("Float64")
+    counts: Counter[str] = Counter()
+    missing = parsed.isna().to_numpy()
+    if missing.any():
+        grouped = stripped[missing]
+        thousands = grouped.str.fullmatch(_THOUSANDS).fillna(False).to_numpy(dtype=bool)
+        if thousands.any():
+            where = np.flatnonzero(missing)[thousands]
+            parsed.iloc[where] = pd.to_numeric(  # type: ignore[call-overload]
+                grouped[thousands].str.replace(",", "", regex=False).astype(object)
+            ).to_numpy()
+            counts["number with thousands separators"] = int(thousands.sum())
+    values = parsed.to_numpy(dtype=float, na_value=np.nan)
+    failed = ~np.isfinite(values)
+    counts["number from text"] = int((~failed).sum()) - counts["number with thousands separators"]
+    return parsed, failed, counts
+
+
+def _checkbox_strings(texts: pd.Series) -> tuple[pd.Series, np.ndarray[Any, Any], Counter[str]]:
+    lowered = texts.str.strip().str.lower()
+    true = lowered.isin(TRUE_TOKENS).to_numpy(dtype=bool)
+    false = lowered.isin(FALSE_TOKENS).to_numpy(dtype=bool)
+    values = pd.Series(true, dtype="boolean")
+    failed = ~(true | false)
+    return values, failed, Counter({"checkbox from text": int((~failed).sum())})
+
+
+def _date_strings(texts: pd.Series) -> tuple[pd.Series, np.ndarray[Any, Any], Counter[str]]:
+    stripped = texts.str.strip()
+    values = pd.Series(pd.NA, index=texts.index, dtype="string")
+    counts: Counter[str] = Counter()
+    iso = stripped.str.fullmatch(_ISO_DATE).fillna(False).to_numpy(dtype=bool)
+    midnight = ~iso & stripped.str.fullmatch(_ISO_MIDNIGHT).fillna(False).to_numpy(dtype=bool)
+    serial = ~iso & ~midnight & stripped.str.fullmatch(_SERIAL).fillna(False).to_numpy(dtype=bool)
+    dated = iso | midnight
+    if dated.any():
+        day = stripped[dated].str.slice(0, 10)
+        valid = pd.to_datetime(day, format="%Y-%m-%d", errors="coerce").notna().to_numpy()
+        where = np.flatnonzero(dated)[valid]
+        values.iloc[where] = day[valid].to_numpy()
+        counts["date from ISO text"] = int(valid[iso[dated]].sum())
+        counts["date from ISO date-time at midnight"] = int(valid[midnight[dated]].sum())
+    if serial.any():
+        days = pd.to_numeric(stripped[serial].astype(object)).to_numpy(dtype=float)
+        ok = (days >= 1) & (days <= EXCEL_MAX_SERIAL)
+        stamps = pd.Timestamp(EXCEL_EPOCH) + pd.to_timedelta(days[ok], unit="D")
+        values.iloc[np.flatnonzero(serial)[ok]] = stamps.strftime("%Y-%m-%d").to_numpy()
+        counts["date from Excel serial"] = int(ok.sum())
+    return values, values.isna().to_numpy(), counts
+
+
+_STRING_RULES: dict[str, _StringRule] = {
+    "text": _text_strings,
+    "choice": _text_strings,
+    "number": _number_strings,
+    "checkbox": _checkbox_strings,
+    "date": _date_strings,
+}
+
+
+# --- rules for native cells (one by one: spreadsheets rarely mix kinds in a column) -------
+
+
+def _text_from_number(value: Any) -> tuple[str, str]:
+    number = float(value)
+    if number.is_integer() and abs(number) < _MAX_EXACT_INT:
+        return str(int(number)), "text from number"
+    return repr(number), "text from number"
+
+
+def _text_from_date(value: Any) -> tuple[str, str]:
+    stamp = pd.Timestamp(value)
+    if stamp == stamp.normalize():
+        return stamp.strftime("%Y-%m-%d"), "text from date"
+    return stamp.isoformat(sep=" "), "text from date"
+
+
+def _number_from_number(value: Any) -> tuple[float, None] | None:
+    number = float(value)
+    return (number, None) if math.isfinite(number) else None
+
+
+def _checkbox_from_number(value: Any) -> tuple[bool, str] | None:
+    number = float(value)
+    return (bool(number), "checkbox from number") if number in (0.0, 1.0) else None
+
+
+def _date_from_date(value: Any) -> tuple[str, str | None] | None:
+    stamp = pd.Timestamp(value)
+    if stamp != stamp.normalize():
+        return None
+    counted = None if type(value) is dt.date else "date from date-time at midnight"
+    return stamp.strftime("%Y-%m-%d"), counted
+
+
+def _date_from_serial(value: Any) -> tuple[str, str] | None:
+    days = float(value)
+    if not (days.is_integer() and 1 <= days <= EXCEL_MAX_SERIAL):
+        return None
+    return (EXCEL_EPOCH + dt.timedelta(days=int(days))).isoformat(), "date from Excel serial"
+
+
+_NATIVE_RULES: dict[str, dict[str, _NativeRule]] = {
+    "text": {
+        "number": _text_from_number,
+        "bool": lambda v: ("TRUE" if v else "FALSE", "text from checkbox"),
+        "date": _text_from_date,
+        "datetime": _text_from_date,
+        "other": lambda v: (str(v), "text from other value"),
+    },
+    "number": {"number": _number_from_number},
+    "checkbox": {"bool": lambda v: (bool(v), None), "number": _checkbox_from_number},
+    "date": {"date": _date_from_date, "datetime": _date_from_date, "number": _date_from_serial},
+}
+_NATIVE_RULES["choice"] = {**_NATIVE_RULES["text"]}
+

@@ -1,0 +1,366 @@
+"""Diff a validated source against the live table by key: what to create, patch and delete.
+
+The diff is a pandas merge on the key and a column-by-column comparison of canonical values
+(see `coerce.same_values`), so a re-read value never looks changed. A `Plan` holds every write
+and, for each row it touches, what it expected to find — so a plan saved to JSON and applied
+later (`connector apply`) can refuse when those rows changed in between.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, cast
+
+import numpy as np
+import orjson
+import pandas as pd
+
+from connector.api.models import Row
+from connector.errors import ConfigError, ConnectorError
+from connector.push.coerce import coerce_column, same_values, wire_values
+from connector.push.validate import Key, Prepared, Problem, ValidationReport
+from connector.schema import Column, Table
+
+__all__ = [
+    "MODES",
+    "Create",
+    "Delete",
+    "DeleteGuard",
+    "Live",
+    "Mode",
+    "Plan",
+    "PlanError",
+    "Update",
+    "check_delete_guard",
+    "live_frame",
+    "make_plan",
+]
+
+Mode = Literal["insert", "update", "upsert", "mirror"]
+MODES: tuple[Mode, ...] = ("insert", "update", "upsert", "mirror")
+#: Rows per bulk create or bulk delete request (the API's maximum).
+BULK_ROWS = 100
+#: A mirror may delete at most this share of the table unless the user raises it.
+DEFAULT_MAX_DELETE_RATIO = 0.2
+PLAN_FORMAT = 1
+
+
+class PlanError(ConnectorError):
+    """The table cannot be diffed by this key, or a saved plan no longer matches the table."""
+
+
+class DeleteGuard(ConfigError):
+    """A mirror would delete more rows than allowed; raise the limit explicitly to proceed."""
+
+
+@dataclass(frozen=True)
+class Create:
+    """A row to create: its source row number and its non-empty cells (JSON values)."""
+
+    row: int
+    fields: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Update:
+    """A PATCH of only the changed cells, with the values and timestamp it expects to replace."""
+
+    row: int
+    id: str
+    fields: dict[str, Any]
+    old: dict[str, Any]
+    updated_at: str | None
+
+
+@dataclass(frozen=True)
+class Delete:
+    """A row to delete (mirror), with its key cells and the timestamp it expects."""
+
+    id: str
+    key: dict[str, Any]
+    updated_at: str | None
+
+
+@dataclass(frozen=True)
+class Live:
+    """The table as read just now: row ids, timestamps and canonical cells, one frame row each."""
+
+    table: Table
+    #: Columns: the system id and updated_at names (`Table.system_names`), then user columns.
+    frame: pd.DataFrame
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every write a push would make, and what it expects of the rows it touches."""
+
+    table: Table
+    key: Key
+    mode: Mode
+    source: str
+    source_rows: int
+    table_rows: int
+    creates: tuple[Create, ...] = ()
+    updates: tuple[Update, ...] = ()
+    deletes: tuple[Delete, ...] = ()
+    unchanged: int = 0
+    #: Source rows the mode leaves alone (insert: already there; update: not there).
+    skipped: int = 0
+    coercions: dict[str, int] = field(default_factory=dict)
+    ignored: tuple[str, ...] = ()
+
+    @property
+    def requests(self) -> int:
+        """Write requests needed: one per 100 creates, one per update, one per 100 deletes."""
+        return (
+            math.ceil(len(self.creates) / BULK_ROWS)
+            + len(self.updates)
+            + math.ceil(len(self.deletes) / BULK_ROWS)
+        )
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.creates or self.updates or self.deletes)
+
+    def key_values(self, fields: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(fields.get(k) for k in self.key.columns)
+
+    def to_json(self) -> bytes:
+        data = asdict(self)
+        data["format"] = PLAN_FORMAT
+        data["key"] = {"columns": list(self.key.columns), "by_id": self.key.by_id}
+        return orjson.dumps(data, option=orjson.OPT_INDENT_2)
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> Plan:
+        """Load a saved plan; ConfigError when it is not one of ours."""
+        try:
+            data = orjson.loads(raw)
+            if data.get("format") != PLAN_FORMAT:
+                raise ValueError(f"unknown plan format {data.get('format')!r}")
+            table = data["table"]
+            columns = tuple(
+                Column(**{**c, "options": tuple(c["options"]) if c.get("options") else None})
+                for c in table["columns"]
+            )
+            mode = data["mode"]
+            if mode not in MODES:
+                raise ValueError(f"unknown mode {mode!r}")
+            return cls(
+                table=Table(table["id"], table["name"], columns),
+                key=Key(tuple(data["key"]["columns"]), bool(data["key"]["by_id"])),
+                mode=mode,
+                source=str(data["source"]),
+                source_rows=int(data["source_rows"]),
+                table_rows=int(data["table_rows"]),
+                creates=tuple(Create(**c) for c in data["creates"]),
+                updates=tuple(Update(**u) for u in data["updates"]),
+                deletes=tuple(Delete(**d) for d in data["deletes"]),
+                unchanged=int(data["unchanged"]),
+                skipped=int(data["skipped"]),
+                coercions={str(k): int(v) for k, v in data["coercions"].items()},
+                ignored=tuple(data["ignored"]),
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"not a push plan file: {exc}") from None
+
+
+def live_frame(table: Table, rows: Iterable[Row]) -> Live:
+    """The canonical frame of `rows` as the API returned them (a re-read, or a page stream)."""
+    rows = list(rows)
+    system = table.system_names()
+    data: dict[str, Any] = {
+        system["id"]: pd.Series([r.id for r in rows], dtype="string"),
+        system["updated_at"]: pd.Series([r.updated_at for r in rows], dtype="string"),
+    }
+    for col in table.columns:
+        cells = pd.Series([r.fields.get(col.name) for r in rows], dtype=object)
+        data[col.name] = coerce_column(cells, col).values
+    return Live(table, pd.DataFrame(data, index=pd.RangeIndex(len(rows))))
+
+
+def make_plan(prepared: Prepared, live: Live, mode: Mode = "upsert") -> Plan:
+    """Diff `prepared` against `live` by the key; ValidationReport for ids the table lacks."""
+    if mode not in MODES:
+        raise ConfigError(f"--mode {mode!r}: choose one of {', '.join(MODES)}")
+    key = list(prepared.key.columns)
+    system = live.table.system_names()
+    row_id, updated_at = system["id"], system["updated_at"]
+    _check_unique_keys(live, key, row_id)
+
+    src = prepared.frame.assign(__pos=np.arange(len(prepared.frame)))
+    cur = live.frame
+    merged = src.merge(
+        cur, on=key, how="outer" if mode == "mirror" else "left",
+        suffixes=("", "__live"), indicator="__side", sort=False,
+    )
+    side = merged["__side"].astype(str).to_numpy()
+    in_both: np.ndarray[Any, Any] = side == "both"
+    only_src: np.ndarray[Any, Any] = side == "left_only"
+    only_cur: np.ndarray[Any, Any] = side == "right_only"
+    if prepared.key.by_id and only_src.any():
+        positions = merged.loc[only_src, "__pos"].astype(int).to_numpy()
+        raise ValidationReport(prepared.source.name, [
+            Problem(int(prepared.rows[p]), "id", prepared.frame[row_id].iat[p],
+                    f"no row with this id in table {live.table.name!r} (new rows need a key column)")
+            for p in positions
+        ])
+
+    values = [c for c in prepared.columns if c not in key]
+    changed = np.zeros((len(merged), len(values)), dtype=bool)
+    for j, name in enumerate(values):
+        col = live.table.column(name)
+        changed[:, j] = ~same_values(merged[name], merged[f"{name}__live"], col)
+    changed &= in_both[:, None]
+    differs: np.ndarray[Any, Any] = np.asarray(changed.any(axis=1))
+
+    creates: tuple[Create, ...] = ()
+    updates: tuple[Update, ...] = ()
+    deletes: tuple[Delete, ...] = ()
+    skipped = 0
+    if mode in ("insert", "upsert", "mirror"):
+        creates = _creates(prepared, merged.loc[only_src, "__pos"].astype(int).to_numpy())
+    else:
+        skipped += int(only_src.sum())
+    if mode == "insert":
+        skipped += int(differs.sum())
+    else:
+        updates = _updates(prepared, merged, differs, changed, values, row_id, updated_at)
+    if mode == "mirror":
+        gone = merged.loc[only_cur]
+        deletes = _deletes(prepared, live.table, gone, key, row_id, updated_at)
+
+    return Plan(
+        table=live.table,
+        key=prepared.key,
+        mode=mode,
+        source=prepared.source.name,
+        source_rows=len(prepared.frame),
+        table_rows=len(cur),
+        creates=creates,
+        updates=updates,
+        deletes=deletes,
+        unchanged=int((in_both & ~differs).sum()),
+        skipped=skipped,
+        coercions=dict(sorted(prepared.coercions.items())),
+        ignored=prepared.ignored,
+    )
+
+
+def check_delete_guard(
+    plan: Plan, *, max_delete_ratio: float | None = None, allow_delete: int | None = None
+) -> None:
+    """Refuse a mirror deleting more than allowed (default 20% of the table; none if the
+    source is empty) unless `max_delete_ratio` or `allow_delete` raise the limit."""
+    if not plan.deletes:
+        return
+    if max_delete_ratio is None and allow_delete is None:
+        ratio = 0.0 if plan.source_rows == 0 else DEFAULT_MAX_DELETE_RATIO
+    else:
+        ratio = max_delete_ratio or 0.0
+    limit = max(math.floor(ratio * plan.table_rows), allow_delete or 0)
+    if len(plan.deletes) > limit:
+        why = "the source is empty" if plan.source_rows == 0 else f"the limit is {limit}"
+        raise DeleteGuard(
+            f"mirror would delete {len(plan.deletes)} of {plan.table_rows} rows of table "
+            f"{plan.table.name!r} and {why}; nothing was written. Check the source, or allow "
+            f"it with --allow-delete {len(plan.deletes)} (or --max-delete-ratio)"
+        )
+
+
+def _check_unique_keys(live: Live, key: list[str], row_id: str) -> None:
+    keys = live.frame[key]
+    dupes = keys.duplicated(keep=False).to_numpy() & ~keys.isna().any(axis=1).to_numpy()
+    if not dupes.any():
+        return
+    sample = live.frame.loc[dupes, [*key, row_id]].head(6).to_dict("records")
+    shown = "; ".join(
+        f"{tuple(r[k] for k in key)} on {r[row_id]}" for r in sample
+    )
+    raise PlanError(
+        f"table {live.table.name!r} has {int(dupes.sum())} rows sharing a key "
+        f"({', '.join(key)}), so the key cannot identify rows: {shown}. "
+        "Choose another key or remove the duplicates."
+    )
+
+
+def _records(frame: pd.DataFrame, table: Table, names: Sequence[str]) -> list[dict[str, Any]]:
+    """Rows of `frame` as JSON cell dicts over `names`, leaving out empty cells."""
+    columns = [wire_values(frame[n], table.column(n)) for n in names]
+    return [
+        {n: v for n, v in zip(names, cells, strict=True) if v is not None}
+        for cells in zip(*columns, strict=True)
+    ] if names else [{} for _ in range(len(frame))]
+
+
+def _creates(prepared: Prepared, positions: np.ndarray[Any, Any]) -> tuple[Create, ...]:
+    positions = np.sort(positions)
+    frame = prepared.frame.iloc[positions]
+    records = _records(frame, prepared.table, prepared.columns)
+    return tuple(
+        Create(int(prepared.rows[p]), fields) for p, fields in zip(positions, records, strict=True)
+    )
+
+
+def _updates(
+    prepared: Prepared,
+    merged: pd.DataFrame,
+    differs: np.ndarray[Any, Any],
+    changed: np.ndarray[Any, Any],
+    values: list[str],
+    row_id: str,
+    updated_at: str,
+) -> tuple[Update, ...]:
+    idx = np.flatnonzero(differs)
+    if not len(idx):
+        return ()
+    table = prepared.table
+    sub = merged.iloc[idx]
+    new = {n: wire_values(sub[n], table.column(n)) for n in values}
+    old = {n: wire_values(sub[f"{n}__live"], table.column(n)) for n in values}
+    ids = sub[row_id].tolist()
+    stamps = sub[updated_at].astype(object).where(sub[updated_at].notna(), None).tolist()
+    positions = sub["__pos"].astype(int).to_numpy()
+    updates = []
+    for i in range(len(idx)):
+        names = [values[j] for j in np.flatnonzero(changed[idx[i]])]
+        updates.append(Update(
+            row=int(prepared.rows[positions[i]]),
+            id=str(ids[i]),
+            fields={n: new[n][i] for n in names},
+            old={n: old[n][i] for n in names},
+            updated_at=cast(str | None, stamps[i]),
+        ))
+    updates.sort(key=lambda u: u.row)
+    return tuple(updates)
+
+
+def _deletes(
+    prepared: Prepared, table: Table, gone: pd.DataFrame, key: list[str], row_id: str,
+    updated_at: str,
+) -> tuple[Delete, ...]:
+    if not len(gone):
+        return ()
+    if prepared.key.by_id:
+        keys: list[dict[str, Any]] = [{} for _ in range(len(gone))]
+    else:
+        keys = [
+            dict(zip(key, cells, strict=True))
+            for cells in zip(*(wire_values(gone[k], table.column(k)) for k in key), strict=True)
+        ]
+    stamps = gone[updated_at].astype(object).where(gone[updated_at].notna(), None).tolist()
+    return tuple(
+        Delete(str(i), k, s) for i, k, s in zip(gone[row_id].tolist(), keys, stamps, strict=True)
+    )
+
+
+def canonical_keys(table: Table, key: Key, records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Canonical key cells of JSON records (plan creates, re-read rows), for matching by key."""
+    data = {
+        k: coerce_column(pd.Series([r.get(k) for r in records], dtype=object), table.column(k)).values
+        if not key.by_id else pd.Series([r.get(k) for r in records], dtype="string")
+        for k in key.columns
+    }
+    return pd.DataFrame(data, index=pd.RangeIndex(len(records)))

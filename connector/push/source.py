@@ -1,0 +1,184 @@
+"""Read what a user pushes — CSV, an Excel sheet, Parquet or a DataFrame — into one shape.
+
+Cells are kept as the file holds them: CSV cells are *strings* (so ``007`` and
+``12345678901234567890`` survive), Excel and Parquet cells keep their native values. Turning a
+cell into a column's type is `coerce`'s job, done per column with the table's schema in hand.
+Every row remembers its spreadsheet row number (the header is row 1), for error reports.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from connector.errors import InputError
+
+__all__ = ["Source", "SourceError", "read_source"]
+
+#: Delimiters the CSV sniffer may choose between.
+CSV_DELIMITERS = ",;\t|"
+_SNIFF_CHARS = 64 * 1024
+
+
+class SourceError(InputError):
+    """The source file cannot be read as a table (malformed, wrong format, missing sheet)."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """A source table: its cells by column, and each row's spreadsheet row number."""
+
+    name: str
+    frame: pd.DataFrame
+    rows: np.ndarray[Any, np.dtype[np.int64]]
+
+    def __post_init__(self) -> None:
+        if len(self.rows) != len(self.frame):
+            raise ValueError("one row number per frame row")
+
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame, name: str = "DataFrame") -> Source:
+        """A DataFrame as a source; its rows are numbered as if written under a header row."""
+        if frame.columns.has_duplicates:
+            dupes = sorted({str(c) for c in frame.columns[frame.columns.duplicated()]})
+            raise SourceError(f"{name}: duplicate column names {dupes}")
+        frame = frame.reset_index(drop=True)
+        frame.columns = [str(c) for c in frame.columns]
+        return cls(name, frame, np.arange(2, len(frame) + 2, dtype=np.int64))
+
+
+def read_source(source: str | Path | pd.DataFrame, *, sheet: str | None = None) -> Source:
+    """Read a CSV, ``.xlsx`` or Parquet file (by extension), or take a DataFrame as it is."""
+    if isinstance(source, pd.DataFrame):
+        return Source.from_frame(source)
+    path = Path(source)
+    if not path.is_file():
+        raise SourceError(f"{path}: no such file")
+    suffix = path.suffix.lower()
+    if sheet is not None and suffix not in (".xlsx", ".xlsm"):
+        raise SourceError(f"{path}: --sheet applies to Excel files only")
+    if suffix in (".xlsx", ".xlsm"):
+        return _read_excel(path, sheet)
+    if suffix in (".parquet", ".pq"):
+        return _read_parquet(path)
+    return _read_csv(path)
+
+
+def _read_csv(path: Path) -> Source:
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise SourceError(
+            f"{path}: not UTF-8 text (invalid byte at offset {exc.start}); "
+            "save the spreadsheet as 'CSV UTF-8'"
+        ) from None
+    if not text.strip():
+        raise SourceError(f"{path}: the file is empty")
+    delimiter = _sniff_delimiter(text)
+    header = next(csv.reader(io.StringIO(text), delimiter=delimiter))
+    _check_header([h.strip() for h in header], path)
+    try:
+        frame = pd.read_csv(
+            io.StringIO(text),
+            sep=delimiter,
+            dtype=object,
+            na_filter=False,
+            keep_default_na=False,
+            skip_blank_lines=False,
+            engine="c",
+        )
+    except (pd.errors.ParserError, ValueError) as exc:
+        raise SourceError(f"{path}: malformed CSV: {_one_line(exc)}") from None
+    frame.columns = [str(c).strip() for c in frame.columns]
+    return _numbered(str(path), frame, first_row=2)
+
+
+def _sniff_delimiter(text: str) -> str:
+    try:
+        return csv.Sniffer().sniff(text[:_SNIFF_CHARS], delimiters=CSV_DELIMITERS).delimiter
+    except csv.Error:
+        return ","
+
+
+def _read_excel(path: Path, sheet: str | None) -> Source:
+    import openpyxl
+    from openpyxl.utils import get_column_letter
+    from openpyxl.utils.exceptions import InvalidFileException
+
+    try:
+        book = openpyxl.load_workbook(path, read_only=True, data_only=True)
+    except (InvalidFileException, zipfile.BadZipFile, KeyError, OSError, ValueError) as exc:
+        raise SourceError(f"{path}: not a readable .xlsx workbook ({_one_line(exc)})") from None
+    try:
+        if sheet is None:
+            ws = book.worksheets[0]
+        elif sheet in book.sheetnames:
+            ws = book[sheet]
+        else:
+            raise SourceError(f"{path}: no sheet {sheet!r}; sheets: {book.sheetnames}")
+        cells = [list(r) for r in ws.iter_rows(min_row=1, values_only=True)]
+    finally:
+        book.close()
+    first = next((i for i, r in enumerate(cells) if any(v is not None for v in r)), None)
+    if first is None:
+        raise SourceError(f"{path}: sheet {ws.title!r} is empty")
+    header = cells[first]
+    body = cells[first + 1 :]
+    width = max(len(header), *(len(r) for r in body)) if body else len(header)
+    for i in range(width):
+        if i < len(header) and header[i] is not None:
+            continue
+        if any(i < len(r) and r[i] is not None for r in body):
+            letter = get_column_letter(i + 1)
+            raise SourceError(f"{path}: column {letter} has values but no header in row {first + 1}")
+    names = [str(h).strip() if h is not None else "" for h in header]
+    keep = [i for i, h in enumerate(names) if h]
+    _check_header([names[i] for i in keep], path)
+    frame = pd.DataFrame(
+        [[r[i] if i < len(r) else None for i in keep] for r in body],
+        columns=[names[i] for i in keep],
+        dtype=object,
+    )
+    return _numbered(str(path), frame, first_row=first + 2)
+
+
+def _read_parquet(path: Path) -> Source:
+    try:
+        arrow = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise SourceError(f"{path}: not a readable Parquet file ({_one_line(exc)})") from None
+    frame = arrow.to_pandas(date_as_object=True, ignore_metadata=True)
+    return Source.from_frame(frame, str(path))
+
+
+def _check_header(names: list[str], path: Path) -> None:
+    if any(not n for n in names):
+        raise SourceError(f"{path}: the header row has an empty column name")
+    seen: set[str] = set()
+    dupes = sorted({n for n in names if n in seen or seen.add(n)})  # type: ignore[func-returns-value]
+    if dupes:
+        raise SourceError(f"{path}: duplicate column names in the header: {dupes}")
+
+
+def _numbered(name: str, frame: pd.DataFrame, *, first_row: int) -> Source:
+    """Number rows as a spreadsheet does, then drop the wholly empty ones."""
+    rows = np.arange(first_row, first_row + len(frame), dtype=np.int64)
+    blank = np.ones(len(frame), dtype=bool)
+    for column in frame.columns:
+        text = frame[column].astype("string").str.strip().fillna("")
+        blank &= (text == "").to_numpy(dtype=bool)
+    return Source(name, frame.loc[~blank].reset_index(drop=True), rows[~blank])
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__

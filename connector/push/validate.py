@@ -1,0 +1,229 @@
+"""Check a whole source against the table before anything is written, and say everything wrong.
+
+One pass finds every problem — unknown columns, cells of the wrong type, choices outside their
+options, missing required values, empty or repeated keys — and raises them together in one
+`ValidationReport`, each naming the spreadsheet row (header = row 1), the column and the value.
+What passes comes out as a `Prepared` source: canonical values, ready to diff.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from connector.errors import ConfigError, InputError
+from connector.push.coerce import coerce_column
+from connector.push.source import Source
+from connector.schema import Table
+
+__all__ = ["Key", "Prepared", "Problem", "ValidationReport", "validate"]
+
+#: Modes that create rows, and so need every required column in the source.
+CREATING_MODES = frozenset({"insert", "upsert", "mirror"})
+
+
+@dataclass(frozen=True)
+class Key:
+    """What identifies a row: one or more table columns, or the row id itself."""
+
+    columns: tuple[str, ...]
+    #: True when the key is the API's row id (``--key id`` on a table without an ``id`` column).
+    by_id: bool = False
+
+    @classmethod
+    def parse(cls, spec: str | Sequence[str], table: Table) -> Key:
+        names = [n.strip() for n in (spec.split(",") if isinstance(spec, str) else spec)]
+        if not names or any(not n for n in names) or len(set(names)) != len(names):
+            raise ConfigError(f"--key {spec!r}: give one or more distinct column names")
+        if names == ["id"] and "id" not in table.column_names:
+            return cls((table.system_names()["id"],), by_id=True)
+        unknown = [n for n in names if n not in table.column_names]
+        if unknown:
+            raise ConfigError(
+                f"--key: table {table.name!r} has no column {unknown[0]!r}; "
+                f"columns: {table.column_names} (or 'id' for the row id)"
+            )
+        return cls(tuple(names))
+
+    def __str__(self) -> str:
+        return "id" if self.by_id else ",".join(self.columns)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the source: where (row, column), what value, and why."""
+
+    row: int | None
+    column: str | None
+    value: Any
+    message: str
+
+    def __str__(self) -> str:
+        where = [f"row {self.row}"] if self.row is not None else []
+        if self.column is not None:
+            where.append(f"column {self.column!r}")
+        if self.value is not None:
+            where.append(f"value {_show(self.value)}")
+        return f"{', '.join(where)}: {self.message}" if where else self.message
+
+
+class ValidationReport(InputError):
+    """Every problem found in a source; raised before any write, so nothing was written."""
+
+    def __init__(self, source: str, problems: Sequence[Problem]) -> None:
+        self.source = source
+        self.problems = tuple(problems)
+        rows = {p.row for p in self.problems if p.row is not None}
+        head = (
+            f"{source}: {len(self.problems)} problem(s) in {len(rows)} row(s); nothing was written"
+        )
+        super().__init__("\n  ".join([head, *map(str, self.problems)]))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A source that passed validation, in canonical form, aligned with its row numbers."""
+
+    source: Source
+    table: Table
+    key: Key
+    #: Canonical values: the key's frame columns, then each table column the source sets.
+    frame: pd.DataFrame
+    #: The table columns the source sets (key columns included, the row id excluded).
+    columns: tuple[str, ...]
+    #: Source columns left out on purpose (an export's ``_created_at``, ``_updated_at``).
+    ignored: tuple[str, ...]
+    coercions: Counter[str]
+
+    @property
+    def rows(self) -> np.ndarray[Any, np.dtype[np.int64]]:
+        return self.source.rows
+
+
+def validate(source: Source, table: Table, key: Key, *, mode: str = "upsert") -> Prepared:
+    """Coerce `source` to `table`'s types and check it, or raise one `ValidationReport`."""
+    system = table.system_names()
+    renames: dict[str, str] = {}
+    if key.by_id and system["id"] not in source.frame.columns and "id" in source.frame.columns:
+        renames["id"] = system["id"]
+    frame = source.frame.rename(columns=renames)
+    ignorable = {system["created_at"], system["updated_at"]}
+    if not key.by_id:
+        ignorable.add(system["id"])
+    known = set(table.column_names) | set(key.columns)
+
+    problems: list[Problem] = []
+    for name in frame.columns:
+        if name not in known and name not in ignorable:
+            problems.append(
+                Problem(1, name, None, f"not a column of table {table.name!r} "
+                        f"(columns: {', '.join(table.column_names)})")
+            )
+    for name in key.columns:
+        if name not in frame.columns:
+            problems.append(Problem(1, "id" if key.by_id else name, None,
+                                    "key column missing from the source"))
+    if mode in CREATING_MODES:
+        for col in table.columns:
+            if col.required and col.name not in frame.columns:
+                problems.append(Problem(
+                    1, col.name, None,
+                    f"required column missing from the source (needed to create rows in "
+                    f"mode {mode!r}; use --mode update to change existing rows only)",
+                ))
+
+    columns = tuple(c.name for c in table.columns if c.name in frame.columns)
+    out: dict[str, pd.Series] = {}
+    coercions: Counter[str] = Counter()
+    cell_problems: list[tuple[int, Problem]] = []
+    if key.by_id and key.columns[0] in frame.columns:
+        ids = frame[key.columns[0]].astype("string").str.strip()
+        out[key.columns[0]] = ids.mask(ids == "").reset_index(drop=True)
+    for name in columns:
+        col = table.column(name)
+        cells = frame[name]
+        coerced = coerce_column(cells, col)
+        coercions.update(coerced.counts)
+        values = coerced.values
+        for pos, message in coerced.errors.items():
+            cell_problems.append((pos, _cell(source, pos, name, cells.iat[pos], message)))
+        if col.kind.name == "choice" and col.options is not None:
+            outside = values.notna().to_numpy() & ~values.isin(col.options).to_numpy(dtype=bool)
+            options = ", ".join(repr(o) for o in col.options)
+            for pos in np.flatnonzero(outside).tolist():
+                cell_problems.append((int(pos), _cell(
+                    source, int(pos), name, cells.iat[pos], f"not one of the options: {options}"
+                )))
+        if col.required and name not in key.columns:
+            failed = set(coerced.errors)
+            for pos in np.flatnonzero(values.isna().to_numpy()).tolist():
+                if int(pos) not in failed:
+                    cell_problems.append((int(pos), _cell(
+                        source, int(pos), name, None, "a value is required"
+                    )))
+        out[name] = values
+
+    keyed = [k for k in key.columns if k in out]
+    if len(keyed) == len(key.columns) and len(frame):
+        cell_problems.extend(_key_problems(source, out, key, set(dict(cell_problems))))
+
+    cell_problems.sort(key=lambda item: item[0])
+    problems.extend(p for _, p in cell_problems)
+    if problems:
+        raise ValidationReport(source.name, problems)
+    canonical = pd.DataFrame(out, index=pd.RangeIndex(len(frame)))
+    ordered = [*key.columns, *(c for c in columns if c not in key.columns)]
+    return Prepared(
+        source=source,
+        table=table,
+        key=key,
+        frame=canonical[ordered],
+        columns=columns,
+        ignored=tuple(c for c in frame.columns if c in ignorable),
+        coercions=coercions,
+    )
+
+
+def _key_problems(
+    source: Source, values: dict[str, pd.Series], key: Key, already: set[int]
+) -> list[tuple[int, Problem]]:
+    """Empty keys, and keys that appear on more than one row (each row names the others)."""
+    label = "id" if key.by_id else ", ".join(key.columns)
+    keys = pd.DataFrame({k: values[k] for k in key.columns})
+    empty = keys.isna().any(axis=1).to_numpy()
+    found: list[tuple[int, Problem]] = []
+    for pos in np.flatnonzero(empty):
+        if int(pos) not in already:
+            found.append((int(pos), _cell(source, int(pos), label, None, "the key is empty")))
+    dupes = keys.duplicated(keep=False).to_numpy() & ~empty
+    if dupes.any():
+        positions = np.flatnonzero(dupes)
+        groups = keys.iloc[positions].groupby(list(key.columns), sort=False, dropna=False).indices
+        for members in groups.values():
+            where = positions[members]
+            rows = [int(source.rows[p]) for p in where]
+            for pos in where:
+                others = ", ".join(str(r) for r in rows if r != source.rows[pos])
+                value = tuple(keys.iloc[int(pos)].tolist())
+                shown: Any = value[0] if len(value) == 1 else value
+                found.append((int(pos), _cell(
+                    source, int(pos), label, shown, f"duplicate key: also on row(s) {others}"
+                )))
+    return found
+
+
+def _cell(source: Source, pos: int, column: str, value: Any, message: str) -> Problem:
+    return Problem(int(source.rows[pos]), column, value, message)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value)
+    if value is None or value is pd.NA:
+        return "(empty)"
+    return repr(value) if not isinstance(value, float) else f"{value:g}"
