@@ -56,3 +56,9 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 
 # Subcommands register themselves below, one import per area.
+
+from connector.server.cli import keys, serve, server  # noqa: E402
+
+main.add_command(serve)
+main.add_command(server)
+main.add_command(keys)

@@ -1,0 +1,311 @@
+"""The ASGI app: API.md's eight endpoints under /v1, plus /v1/openapi.json.
+
+Each request passes the same gate (`_Gate.endpoint`): injected faults, the API key, the
+rate limit; then its handler runs; then the after-write faults. Every refusal is an
+`ApiProblem` rendered as the API's error body — unknown routes and methods included — and
+an unexpected exception is a 500 with that body, never a traceback.
+
+Storage calls are synchronous and run on the event loop: requests are served one storage
+call at a time, which is what makes concurrent writers safe and page reads consistent
+(SQLite would serialise the writes anyway), while injected latency still overlaps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from connector.server import openapi, query
+from connector.server.columns import TableDef
+from connector.server.faults import Faults
+from connector.server.problems import ApiProblem, bad_request, invalid, not_found
+from connector.server.ratelimit import RateLimiter
+from connector.server.storage import ApiKey, Storage
+
+MAX_BULK_ROWS = 100
+MAX_BODY_BYTES = 8 * 1024 * 1024
+
+log = logging.getLogger("connector.server")
+
+
+class JSON(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+class _Dropped(Response):
+    """Declares a body it never finishes: the server closes the connection mid-response."""
+
+    def __init__(self) -> None:
+        super().__init__(status_code=200)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", b"4096")],
+            }
+        )
+        await send({"type": "http.response.body", "body": b'{"rows": [', "more_body": True})
+
+
+def problem_response(problem: ApiProblem) -> Response:
+    return JSON(problem.body(), status_code=problem.status, headers=problem.headers)
+
+
+@dataclass
+class Call:
+    """One authenticated request, with the helpers every handler needs."""
+
+    request: Request
+    key: ApiKey
+    storage: Storage
+    max_body: int
+
+    def table(self, *, write: bool) -> TableDef:
+        """The addressed table: 404 if it does not exist, 403 if the key may not use it."""
+        table_id = self.request.path_params["table_id"]
+        table = self.storage.table(table_id)
+        if table is None:
+            raise not_found(f"table {table_id!r} does not exist")
+        if not self.key.may_read(table.id):
+            raise ApiProblem(403, f"this API key has no access to table {table.id!r}")
+        if write and not self.key.may_write(table.id):
+            raise ApiProblem(403, f"this API key is read-only for table {table.id!r}")
+        return table
+
+    async def body(self) -> dict[str, Any]:
+        """The JSON object sent; 415 / 413 / 400 when it is not one."""
+        request = self.request
+        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media != "application/json" and not media.endswith("+json"):
+            raise ApiProblem(415, f"send the body as JSON with Content-Type: application/json (got {media or 'none'!r})")
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_body:
+            raise ApiProblem(413, f"the body is larger than {self.max_body} bytes")
+        data = bytearray()
+        async for chunk in request.stream():
+            data += chunk
+            if len(data) > self.max_body:
+                raise ApiProblem(413, f"the body is larger than {self.max_body} bytes")
+        if not data.strip():
+            raise bad_request("this request needs a JSON body")
+        try:
+            parsed = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise bad_request(f"the body is not valid JSON: {exc}") from None
+        if not isinstance(parsed, dict):
+            raise bad_request("the body must be a JSON object")
+        return parsed
+
+
+Handler = Callable[[Call], Awaitable[Response]]
+
+
+class _Gate:
+    """Faults, authentication and rate limiting around every endpoint."""
+
+    def __init__(self, storage: Storage, faults: Faults, limiter: RateLimiter | None, max_body: int) -> None:
+        self.storage = storage
+        self.faults = faults
+        self.limiter = limiter
+        self.max_body = max_body
+
+    def endpoint(self, handler: Handler, *, write: bool) -> Callable[[Request], Awaitable[Response]]:
+        faults = self.faults
+
+        async def run(request: Request) -> Response:
+            if faults.latency_ms:
+                await asyncio.sleep(faults.latency_ms / 1000)
+            if faults.hit(faults.fail_rate):
+                raise ApiProblem(500, "injected failure (--fail-rate); nothing was done")
+            if faults.hit(faults.throttle_rate):
+                raise ApiProblem(429, "injected throttling (--throttle-rate)", headers={"Retry-After": "1"})
+            key, digest = self._authenticate(request)
+            if self.limiter is not None:
+                wait = self.limiter.wait(digest)
+                if wait > 0:
+                    raise ApiProblem(
+                        429,
+                        f"rate limit of {self.limiter.rate:g} requests a second exceeded",
+                        headers={"Retry-After": RateLimiter.retry_after(wait)},
+                    )
+            response = await handler(Call(request, key, self.storage, self.max_body))
+            if write and faults.hit(faults.fail_after_write_rate):
+                return problem_response(
+                    ApiProblem(500, "injected failure after the write was committed (--fail-after-write-rate)")
+                )
+            if faults.hit(faults.drop_rate):
+                return _Dropped()
+            return response
+
+        return run
+
+    def _authenticate(self, request: Request) -> tuple[ApiKey, str]:
+        header = request.headers.get("authorization", "")
+        scheme, _, raw = header.partition(" ")
+        challenge = {"WWW-Authenticate": "Bearer"}
+        if scheme.lower() != "bearer" or not raw.strip():
+            raise ApiProblem(401, "missing API key: send the header Authorization: Bearer <key>", headers=challenge)
+        raw = raw.strip()
+        key = self.storage.find_key(raw)
+        if key is None:
+            raise ApiProblem(401, "invalid API key", headers=challenge)
+        return key, raw
+
+
+# -- handlers ---------------------------------------------------------------------------
+
+
+async def list_tables(call: Call) -> Response:
+    tables = [t for t in call.storage.summaries() if call.key.may_read(t["id"])]
+    return JSON({"tables": tables})
+
+
+async def get_table(call: Call) -> Response:
+    return JSON(call.table(write=False).to_api())
+
+
+async def list_rows(call: Call) -> Response:
+    table = call.table(write=False)
+    q = query.parse(table, call.request.query_params)
+    page = call.storage.list_rows(table, q)
+    return JSON({"rows": page.rows, "total": page.total, "limit": q.limit, "offset": q.offset})
+
+
+async def create_row(call: Call) -> Response:
+    table = call.table(write=True)
+    cells = table.check_create(_fields(await call.body()))
+    return JSON(call.storage.insert_rows(table, [cells])[0], status_code=201)
+
+
+async def update_row(call: Call) -> Response:
+    table = call.table(write=True)
+    changes = table.check_update(_fields(await call.body()))
+    return JSON(call.storage.update_row(table, call.request.path_params["row_id"], changes))
+
+
+async def delete_row(call: Call) -> Response:
+    table = call.table(write=True)
+    call.storage.delete_rows(table, [call.request.path_params["row_id"]])
+    return Response(status_code=204)
+
+
+async def create_rows(call: Call) -> Response:
+    table = call.table(write=True)
+    rows = (await call.body()).get("rows")
+    if not isinstance(rows, list):
+        raise invalid("rows", 'the body must be {"rows": [{"fields": {...}}, ...]}')
+    if len(rows) > MAX_BULK_ROWS:
+        raise invalid("rows", f"at most {MAX_BULK_ROWS} rows a request, got {len(rows)}; nothing was written")
+    cells = []
+    for i, item in enumerate(rows):
+        if not isinstance(item, dict) or "fields" not in item:
+            raise invalid("rows", f'row {i}: each row must be {{"fields": {{...}}}}; nothing was written', index=i)
+        cells.append(table.check_create(item["fields"], index=i))
+    return JSON({"rows": call.storage.insert_rows(table, cells)}, status_code=201)
+
+
+async def delete_rows(call: Call) -> Response:
+    table = call.table(write=True)
+    ids = (await call.body()).get("row_ids")
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise invalid("row_ids", 'the body must be {"row_ids": ["row_...", ...]}')
+    if len(ids) > MAX_BULK_ROWS:
+        raise invalid("row_ids", f"at most {MAX_BULK_ROWS} ids a request, got {len(ids)}; nothing was deleted")
+    return JSON({"deleted": call.storage.delete_rows(table, ids)})
+
+
+def _fields(body: dict[str, Any]) -> Any:
+    if "fields" not in body:
+        raise invalid("fields", 'the body must be {"fields": {column: value, ...}}')
+    return body["fields"]
+
+
+# -- errors -----------------------------------------------------------------------------
+
+
+async def _on_problem(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiProblem)
+    return problem_response(exc)
+
+
+async def _on_http(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        problem = ApiProblem(404, f"no such endpoint: {request.method} {request.url.path}")
+    elif exc.status_code == 405:
+        allowed = (exc.headers or {}).get("Allow", "")
+        problem = ApiProblem(
+            405,
+            f"method {request.method} is not allowed on {request.url.path}; allowed: {allowed}",
+            headers={"Allow": allowed} if allowed else None,
+        )
+    else:
+        problem = ApiProblem(exc.status_code, exc.detail)
+    return problem_response(problem)
+
+
+async def _on_crash(request: Request, exc: Exception) -> Response:
+    log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+    return problem_response(ApiProblem(500, "internal server error"))
+
+
+async def _openapi(request: Request) -> Response:
+    return JSON(openapi.document(str(request.base_url).rstrip("/") + "/v1"))
+
+
+def create_app(
+    db_path: str | Storage = ":memory:",
+    *,
+    rate_limit: float | None = None,
+    fail_rate: float = 0.0,
+    throttle_rate: float = 0.0,
+    latency_ms: float = 0.0,
+    fail_after_write_rate: float = 0.0,
+    drop_rate: float = 0.0,
+    seed: int | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
+) -> Starlette:
+    """The reference server as an ASGI app over the SQLite file `db_path` (or a `Storage`)."""
+    storage = db_path if isinstance(db_path, Storage) else Storage(db_path)
+    faults = Faults(fail_rate, throttle_rate, latency_ms, fail_after_write_rate, drop_rate, seed)
+    gate = _Gate(storage, faults, RateLimiter(rate_limit) if rate_limit else None, max_body_bytes)
+
+    def route(path: str, **handlers: Handler) -> Route:
+        endpoints = {m: gate.endpoint(h, write=m != "GET") for m, h in handlers.items()}
+
+        async def dispatch(request: Request) -> Response:
+            method = "GET" if request.method == "HEAD" else request.method
+            return await endpoints[method](request)
+
+        return Route("/v1" + path, dispatch, methods=list(handlers))
+
+    routes = [
+        Route("/v1/openapi.json", _openapi, methods=["GET"]),
+        route("/tables", GET=list_tables),
+        route("/tables/{table_id}", GET=get_table),
+        route("/tables/{table_id}/rows", GET=list_rows, POST=create_row),
+        route("/tables/{table_id}/rows/bulk", POST=create_rows, DELETE=delete_rows),
+        route("/tables/{table_id}/rows/{row_id}", PATCH=update_row, DELETE=delete_row),
+    ]
+    app = Starlette(
+        routes=routes,
+        exception_handlers={ApiProblem: _on_problem, HTTPException: _on_http, Exception: _on_crash},
+    )
+    app.state.storage = storage
+    return app

@@ -1,0 +1,120 @@
+"""`connector serve`, `connector server create-table`, `connector keys create`."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import click
+
+from connector.errors import ConfigError
+from connector.server.columns import SpecError
+from connector.server.storage import DEFAULT_DB, Storage
+
+_rate = click.FloatRange(0.0, 1.0)
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite file (or :memory:).")
+@click.option("--demo", is_flag=True, help="Seed the demo workspace if the database has no tables.")
+@click.option(
+    "--demo-key",
+    envvar="CONNECTOR_DEMO_KEY",
+    default=None,
+    help="Register this full-access key (env CONNECTOR_DEMO_KEY). Without it, --demo on a "
+    "database with no key creates one and prints it once on stderr.",
+)
+@click.option("--rate-limit", type=click.FloatRange(min=0.0, min_open=True), default=None,
+              help="Requests a second allowed per key; above it 429 with Retry-After.")
+@click.option("--fail-rate", type=_rate, default=0.0, help="Fault: random 500 before doing anything.")
+@click.option("--throttle-rate", type=_rate, default=0.0, help="Fault: random 429 with Retry-After.")
+@click.option("--latency-ms", type=click.FloatRange(min=0.0), default=0.0, help="Fault: delay every request.")
+@click.option("--fail-after-write-rate", type=_rate, default=0.0,
+              help="Fault: commit a write, then answer 500.")
+@click.option("--drop-rate", type=_rate, default=0.0,
+              help="Fault: cut the connection mid-response (after committing, for writes).")
+@click.option("--seed", type=int, default=None, help="Seed the fault dice (reproducible runs).")
+def serve(
+    host: str,
+    port: int,
+    db: str,
+    demo: bool,
+    demo_key: str | None,
+    rate_limit: float | None,
+    fail_rate: float,
+    throttle_rate: float,
+    latency_ms: float,
+    fail_after_write_rate: float,
+    drop_rate: float,
+    seed: int | None,
+) -> None:
+    """Run the reference Table Data REST API server (base path /v1)."""
+    import uvicorn
+
+    from connector.server.app import create_app
+    from connector.server.demo import seed_demo
+
+    storage = Storage(db)
+    if demo:
+        seed_demo(storage)
+    if demo_key:
+        storage.create_key(raw=demo_key)
+    elif demo and not storage.has_keys():
+        click.echo(f"demo API key (shown once): {storage.create_key()}", err=True)
+    app = create_app(
+        storage,
+        rate_limit=rate_limit,
+        fail_rate=fail_rate,
+        throttle_rate=throttle_rate,
+        latency_ms=latency_ms,
+        fail_after_write_rate=fail_after_write_rate,
+        drop_rate=drop_rate,
+        seed=seed,
+    )
+    click.echo(f"serving http://{host}:{port}/v1 from {db}", err=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
+                http="h11", lifespan="off", timeout_graceful_shutdown=2)
+
+
+@click.group()
+def server() -> None:
+    """Administer a reference server's database (works while the server runs)."""
+
+
+@server.command("create-table")
+@click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite file of the server.")
+@click.argument("spec", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def create_table(db: str, spec: Path) -> None:
+    """Create a table from SPEC, a JSON file {"name": ..., "columns": [...]}; print its id."""
+    try:
+        data = json.loads(spec.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{spec}: not a readable JSON file: {exc}") from None
+    try:
+        table = Storage(db).create_table(data)
+    except SpecError as exc:
+        raise ConfigError(f"{spec}: {exc}") from None
+    click.echo(table.id)
+
+
+@click.group()
+def keys() -> None:
+    """Manage API keys of a reference server's database."""
+
+
+@keys.command("create")
+@click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite file of the server.")
+@click.option("--read-only", is_flag=True, help="The key may only read.")
+@click.option("--table", "tables", multiple=True, help="Limit the key to this table (name or id); repeatable.")
+def create_key(db: str, read_only: bool, tables: tuple[str, ...]) -> None:
+    """Create an API key and print it. It is shown only this once (stored hashed)."""
+    if not os.path.exists(db) and db != ":memory:":
+        raise ConfigError(f"no database at {db}; create a table or start the server first")
+    try:
+        raw = Storage(db).create_key(read_only=read_only, tables=tables or None)
+    except KeyError as exc:
+        raise ConfigError(str(exc.args[0])) from None
+    click.echo(raw)

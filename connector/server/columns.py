@@ -1,0 +1,238 @@
+"""Column definitions as the server enforces them: which JSON values each type accepts.
+
+Deliberately independent of `connector.schema` (the client's type table): the server and
+the connector share no code, so each checks the other.
+
+    text      any string
+    choice    one of the column's `options`
+    number    a JSON number (not a boolean), finite
+    checkbox  true / false
+    date      "YYYY-MM-DD", a real calendar date
+
+``null`` empties a cell. A `required` column may not be empty (null, absent, or "").
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from connector.server.problems import ApiProblem, invalid
+
+TYPES: tuple[str, ...] = ("text", "choice", "number", "checkbox", "date")
+
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_BAD_NAME_CHARS = re.compile(r'["\\\x00-\x1f]')
+
+
+class SpecError(ValueError):
+    """A table spec (from `server create-table` or the demo) is malformed."""
+
+
+@dataclass(frozen=True)
+class ColumnDef:
+    """One column: its name (the key in a row's `fields`), type, and constraints."""
+
+    name: str
+    type: str
+    required: bool = False
+    options: tuple[str, ...] | None = None
+
+    @property
+    def id(self) -> str:
+        return f"col_{self.name}"
+
+    def to_api(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"id": self.id, "name": self.name, "type": self.type}
+        if self.required:
+            data["required"] = True
+        if self.options is not None:
+            data["options"] = list(self.options)
+        return data
+
+    def check(self, value: Any) -> Any:
+        """`value` if this column accepts it (None empties); raises the reason otherwise."""
+        if value is None:
+            return None
+        kind = self.type
+        if kind in ("text", "choice", "date") and not isinstance(value, str):
+            raise ValueError(f"expects a string, got {_json_type(value)}")
+        if kind == "choice" and value not in (self.options or ()):
+            raise ValueError(f"{value!r} is not one of the options {list(self.options or ())}")
+        if kind == "date" and not _is_date(value):
+            raise ValueError(f"expects a date as YYYY-MM-DD, got {value!r}")
+        if kind == "number" and (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise ValueError(f"expects a number, got {_json_type(value)}")
+        if kind == "checkbox" and not isinstance(value, bool):
+            raise ValueError(f"expects true or false, got {_json_type(value)}")
+        return value
+
+    def is_empty(self, value: Any) -> bool:
+        return value is None or value == ""
+
+
+@dataclass(frozen=True)
+class TableDef:
+    """A table's identity and columns, as stored."""
+
+    id: str
+    name: str
+    columns: tuple[ColumnDef, ...]
+    created_at: str
+
+    def column(self, name: str) -> ColumnDef | None:
+        for col in self.columns:
+            if col.name == name:
+                return col
+        return None
+
+    def resolve(self, key: str) -> ColumnDef | None:
+        """The column called exactly `key`, else the only one whose name matches ignoring case."""
+        exact = self.column(key)
+        if exact is not None:
+            return exact
+        folded = [c for c in self.columns if c.name.casefold() == key.casefold()]
+        return folded[0] if len(folded) == 1 else None
+
+    def to_api(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "columns": [c.to_api() for c in self.columns]}
+
+    def check_create(self, fields: Any, *, index: int | None = None) -> dict[str, Any]:
+        """The cells to store for a new row (empties dropped); 400 naming the column otherwise."""
+        cells = self._check(fields, index=index)
+        for col in self.columns:
+            if col.required and col.is_empty(cells.get(col.name)):
+                raise invalid(
+                    col.name, _where(index) + f"column {col.name!r} is required", index=index
+                )
+        return {k: v for k, v in cells.items() if not _empty(v)}
+
+    def check_update(self, fields: Any) -> dict[str, Any]:
+        """The cells to change (None clears); a required column may not be cleared."""
+        cells = self._check(fields, index=None)
+        for name, value in cells.items():
+            col = self.column(name)
+            if col is not None and col.required and col.is_empty(value):
+                raise invalid(name, f"column {name!r} is required and cannot be cleared")
+        return cells
+
+    def _check(self, fields: Any, *, index: int | None) -> dict[str, Any]:
+        where = _where(index)
+        if not isinstance(fields, Mapping):
+            raise ApiProblem(
+                400,
+                where + f"`fields` must be an object of column name to value, got {_json_type(fields)}",
+                code="VALIDATION_ERROR",
+                field="fields",
+                index=index,
+            )
+        cells: dict[str, Any] = {}
+        for name, value in fields.items():
+            col = self.column(name)
+            if col is None:
+                hint = self.resolve(name)
+                tip = f"; did you mean {hint.name!r}?" if hint else f"; columns: {self.names()}"
+                raise invalid(name, where + f"unknown column {name!r}{tip}", index=index)
+            try:
+                cells[name] = col.check(value)
+            except ValueError as exc:
+                raise invalid(name, where + f"column {name!r} ({col.type}) {exc}", index=index) from None
+        return cells
+
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def present(self, stored: Mapping[str, Any]) -> dict[str, Any]:
+        """A row's `fields` for the API: every column, in schema order, null when empty."""
+        return {c.name: stored.get(c.name) for c in self.columns}
+
+
+def parse_spec(spec: Any) -> tuple[str, tuple[ColumnDef, ...]]:
+    """Validate a table spec ``{"name", "columns": [{"name", "type", ...}]}``."""
+    if not isinstance(spec, Mapping):
+        raise SpecError("a table spec must be a JSON object with `name` and `columns`")
+    name = spec.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise SpecError("the table spec needs a non-empty string `name`")
+    raw_columns = spec.get("columns")
+    if not isinstance(raw_columns, list) or not raw_columns:
+        raise SpecError(f"table {name!r}: `columns` must be a non-empty list")
+    columns: list[ColumnDef] = []
+    for i, raw in enumerate(raw_columns):
+        columns.append(_parse_column(raw, f"table {name!r} column #{i}"))
+    seen: set[str] = set()
+    for col in columns:
+        if col.name in seen:
+            raise SpecError(f"table {name!r}: column {col.name!r} is defined twice")
+        seen.add(col.name)
+    return name, tuple(columns)
+
+
+def _parse_column(raw: Any, where: str) -> ColumnDef:
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{where}: must be an object")
+    unknown = set(raw) - {"name", "type", "required", "options", "id"}
+    if unknown:
+        raise SpecError(f"{where}: unknown keys {sorted(unknown)}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name or _BAD_NAME_CHARS.search(name):
+        raise SpecError(f"{where}: `name` must be a non-empty string without quotes, backslashes or control characters")
+    kind = raw.get("type", "text")
+    if kind not in TYPES:
+        raise SpecError(f"{where} ({name!r}): type {kind!r} is not one of {list(TYPES)}")
+    required = raw.get("required", False)
+    if not isinstance(required, bool):
+        raise SpecError(f"{where} ({name!r}): `required` must be true or false")
+    options = raw.get("options")
+    if kind == "choice":
+        if (
+            not isinstance(options, list)
+            or not options
+            or not all(isinstance(o, str) for o in options)
+            or len(set(options)) != len(options)
+        ):
+            raise SpecError(f"{where} ({name!r}): a choice column needs `options`, a list of distinct strings")
+        return ColumnDef(name, kind, required, tuple(options))
+    if options is not None:
+        raise SpecError(f"{where} ({name!r}): only choice columns take `options`")
+    return ColumnDef(name, kind, required)
+
+
+def _is_date(value: str) -> bool:
+    if not _DATE.fullmatch(value):
+        return False
+    try:
+        dt.date.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _empty(value: Any) -> bool:
+    return value is None
+
+
+def _where(index: int | None) -> str:
+    return "" if index is None else f"row {index}: "
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"

@@ -1,0 +1,63 @@
+"""The one exception the server raises for a request it refuses, and its error body.
+
+Every refusal — a bad value, an unknown route, a missing key — becomes an `ApiProblem`,
+which the app renders as API.md's body: ``{"error": {"code", "message", "field"?}}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Error codes by status (DESIGN.md's set); `VALIDATION_ERROR` is a 400 naming a field.
+#: Other 4xx statuses (405, 413, 415) carry BAD_REQUEST: the request itself is wrong.
+CODES: dict[int, str] = {
+    400: "BAD_REQUEST",
+    401: "UNAUTHORIZED",
+    403: "FORBIDDEN",
+    404: "NOT_FOUND",
+    429: "RATE_LIMITED",
+    500: "INTERNAL",
+}
+
+
+class ApiProblem(Exception):
+    """A request the server refuses, with the status and error body to send."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        field: str | None = None,
+        index: int | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code or CODES.get(status, "BAD_REQUEST")
+        self.field = field
+        self.index = index
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            error["field"] = self.field
+        if self.index is not None:
+            error["index"] = self.index
+        return {"error": error}
+
+
+def invalid(field: str, message: str, *, index: int | None = None) -> ApiProblem:
+    """400 VALIDATION_ERROR naming `field` (a column, or a query parameter)."""
+    return ApiProblem(400, message, code="VALIDATION_ERROR", field=field, index=index)
+
+
+def bad_request(message: str, *, field: str | None = None) -> ApiProblem:
+    return ApiProblem(400, message, field=field)
+
+
+def not_found(message: str) -> ApiProblem:
+    return ApiProblem(404, message)

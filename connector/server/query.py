@@ -1,0 +1,179 @@
+"""`GET /rows` query parameters, validated into a `RowQuery` that knows its SQL.
+
+Sorting is always total: the sort column, then `created_at`, then `id`, all in the same
+direction, so a page boundary is a single key and paging can seek by it (see `paging`).
+Filters compare by column type: numbers as numbers, dates as ISO strings, checkboxes as
+booleans; ``{"eq": null}`` matches empty cells.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from connector.server.columns import ColumnDef, TableDef
+from connector.server.problems import bad_request, invalid
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+SYSTEM_FIELDS = ("id", "created_at", "updated_at")
+OPERATORS = {"eq": "=", "gt": ">"}
+
+_NATURAL = re.compile(r"[0-9]{1,15}")
+
+# Empty cells sort first ascending, like SQL NULLs, but stay comparable for seeking.
+_EMPTY_SORTS_AS = "-9e999"
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One filter term: `sql` with a single `?` for `value` (None means no parameter)."""
+
+    sql: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class RowQuery:
+    """A validated list request: what to match, how to order, which slice."""
+
+    table_id: str
+    limit: int
+    offset: int
+    keys: tuple[str, ...]  # SQL expressions of the total order, most significant first
+    descending: bool
+    conditions: tuple[Condition, ...]
+
+    @property
+    def signature(self) -> tuple[Any, ...]:
+        """Identifies the ordered result set (not the slice): pages of one query share it."""
+        return (self.table_id, self.keys, self.descending, self.conditions)
+
+    def where(self) -> tuple[str, list[Any]]:
+        sql = ["table_id = ?"]
+        params: list[Any] = [self.table_id]
+        for cond in self.conditions:
+            sql.append(cond.sql)
+            if cond.value is not None:
+                params.append(cond.value)
+        return " AND ".join(sql), params
+
+    def order_by(self) -> str:
+        direction = " DESC" if self.descending else ""
+        return ", ".join(k + direction for k in self.keys)
+
+    def seek(self, key: tuple[Any, ...]) -> tuple[str, list[Any]]:
+        """The condition "at or after `key` in this order"."""
+        op = "<=" if self.descending else ">="
+        cols = ", ".join(self.keys)
+        marks = ", ".join("?" for _ in self.keys)
+        return f"({cols}) {op} ({marks})", list(key)
+
+
+def parse(table: TableDef, params: Mapping[str, str]) -> RowQuery:
+    """Validate `limit`, `offset`, `sort`, `order` and `filter`; 400 naming the parameter."""
+    limit = min(_natural(params, "limit", DEFAULT_LIMIT), MAX_LIMIT)
+    offset = _natural(params, "offset", 0)
+    order = params.get("order", "asc").lower()
+    if order not in ("asc", "desc"):
+        raise bad_request(f"`order` must be 'asc' or 'desc', got {params['order']!r}", field="order")
+    sort = params.get("sort", "created_at")
+    return RowQuery(
+        table_id=table.id,
+        limit=limit,
+        offset=offset,
+        keys=_order_keys(table, sort),
+        descending=order == "desc",
+        conditions=_conditions(table, params.get("filter")),
+    )
+
+
+def _natural(params: Mapping[str, str], name: str, default: int) -> int:
+    raw = params.get(name)
+    if raw is None:
+        return default
+    text = raw.strip()
+    if not _NATURAL.fullmatch(text):
+        raise bad_request(f"`{name}` must be a non-negative integer, got {raw!r}", field=name)
+    return int(text)
+
+
+def _cell(col: ColumnDef) -> str:
+    # Column names never hold quotes or backslashes (columns.parse_spec); ' is doubled for SQL.
+    path = '$."' + col.name + '"'
+    return "json_extract(fields, '" + path.replace("'", "''") + "')"
+
+
+def _target(table: TableDef, key: str) -> ColumnDef | str | None:
+    """A user column, else a system field, else a unique case-insensitive column match."""
+    exact = table.column(key)
+    if exact is not None:
+        return exact
+    if key in SYSTEM_FIELDS:
+        return key
+    return table.resolve(key)
+
+
+def _order_keys(table: TableDef, sort: str) -> tuple[str, ...]:
+    target = _target(table, sort)
+    if target is None:
+        raise invalid(sort, f"cannot sort by {sort!r}: no such column; columns: {table.names()} or {list(SYSTEM_FIELDS)}")
+    if target == "id":
+        return ("id",)
+    if isinstance(target, str):
+        return (target, "id")
+    return (f"coalesce({_cell(target)}, {_EMPTY_SORTS_AS})", "created_at", "id")
+
+
+def _conditions(table: TableDef, raw: str | None) -> tuple[Condition, ...]:
+    if raw is None or raw.strip() == "":
+        return ()
+    try:
+        spec = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise invalid("filter", f"`filter` is not valid JSON: {exc}") from None
+    if not isinstance(spec, dict):
+        raise invalid("filter", '`filter` must be a JSON object like {"Status": {"eq": "Active"}}')
+    conditions: list[Condition] = []
+    for key, ops in spec.items():
+        target = _target(table, key)
+        if target is None:
+            raise invalid(key, f"cannot filter on {key!r}: no such column; columns: {table.names()}")
+        if not isinstance(ops, dict) or not ops:
+            raise invalid(key, f'filter on {key!r} must be an object like {{"eq": value}} or {{"gt": value}}')
+        for op, value in ops.items():
+            if op not in OPERATORS:
+                raise invalid(key, f"filter on {key!r}: unknown operator {op!r}; operators: {sorted(OPERATORS)}")
+            conditions.append(_condition(target, key, op, value))
+    return tuple(conditions)
+
+
+def _condition(target: ColumnDef | str, key: str, op: str, value: Any) -> Condition:
+    expr = target if isinstance(target, str) else _cell(target)
+    if value is None:
+        if op != "eq":
+            raise invalid(key, f"filter on {key!r}: {op!r} needs a value, not null")
+        return Condition(f"{expr} IS NULL", None)
+    if isinstance(target, str):  # system fields are strings: ids and ISO timestamps
+        if not isinstance(value, str):
+            raise invalid(key, f"filter on {key!r} compares with a string")
+        return Condition(f"{expr} {OPERATORS[op]} ?", value)
+    try:
+        checked = _filter_value(target, value)
+    except ValueError as exc:
+        raise invalid(key, f"filter on {key!r} ({target.type}): {exc}") from None
+    return Condition(f"{expr} {OPERATORS[op]} ?", checked)
+
+
+def _filter_value(col: ColumnDef, value: Any) -> Any:
+    if col.type == "choice":  # comparing with a value outside the options is allowed
+        if not isinstance(value, str):
+            raise ValueError("expects a string")
+        return value
+    if col.type == "checkbox":
+        return int(col.check(value))  # SQLite's json_extract gives 1 / 0
+    return col.check(value)

@@ -1,0 +1,33 @@
+"""Per-key rate limiting: a token bucket of `rate` requests a second, bursting to `rate`."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+
+class RateLimiter:
+    """`wait(key)` is 0 when the request may go now, else the seconds until it may."""
+
+    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if rate <= 0:
+            raise ValueError(f"rate limit must be positive, got {rate}")
+        self.rate = rate
+        self._clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, last refill)
+
+    def wait(self, key: str) -> float:
+        now = self._clock()
+        tokens, last = self._buckets.get(key, (self.rate, now))
+        tokens = min(self.rate, tokens + (now - last) * self.rate)
+        if tokens >= 1.0:
+            self._buckets[key] = (tokens - 1.0, now)
+            return 0.0
+        self._buckets[key] = (tokens, now)
+        return (1.0 - tokens) / self.rate
+
+    @staticmethod
+    def retry_after(wait: float) -> str:
+        """Retry-After is whole seconds (RFC 9110); never 0, so clients do pause."""
+        return str(max(1, math.ceil(wait)))

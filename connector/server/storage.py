@@ -1,0 +1,374 @@
+"""SQLite storage: tables, rows (cells as JSON text), API keys — durable and serialised.
+
+Durability: WAL journal, and every write commits before the server answers, so whatever
+was acknowledged survives `kill -9` of the process (synchronous=NORMAL: a committed WAL
+frame is in the OS before we reply; only a power cut could lose the last transactions).
+
+Lost updates: every write runs in one `BEGIN IMMEDIATE` transaction (read, merge, write),
+so concurrent writers — other requests, or `connector server create-table` in another
+process on the same file — are serialised by SQLite's write lock.
+
+Each table carries a `version` bumped by every row write; `paging.OffsetIndex` keys its
+marks on it. Schemas are read from the database on every request (a primary-key lookup),
+so a table created by another process is visible at once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import secrets
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from connector.server.columns import ColumnDef, SpecError, TableDef, parse_spec
+from connector.server.paging import OffsetIndex
+from connector.server.problems import ApiProblem, not_found
+from connector.server.query import RowQuery
+
+DEFAULT_DB = "connector-server.db"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tables (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    columns TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    row_count INTEGER NOT NULL DEFAULT 0,
+    version INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS rows (
+    table_id TEXT NOT NULL,
+    id TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    fields TEXT NOT NULL,
+    PRIMARY KEY (table_id, id)
+);
+CREATE INDEX IF NOT EXISTS rows_by_created ON rows (table_id, created_at, id);
+CREATE INDEX IF NOT EXISTS rows_by_updated ON rows (table_id, updated_at, id);
+CREATE TABLE IF NOT EXISTS keys (
+    hash TEXT PRIMARY KEY,
+    read_only INTEGER NOT NULL,
+    tables TEXT,
+    created_at TEXT NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """What a key may do: write or only read; every table, or only `tables` (ids)."""
+
+    read_only: bool
+    tables: frozenset[str] | None
+
+    def may_read(self, table_id: str) -> bool:
+        return self.tables is None or table_id in self.tables
+
+    def may_write(self, table_id: str) -> bool:
+        return not self.read_only and self.may_read(table_id)
+
+
+@dataclass(frozen=True)
+class Page:
+    rows: list[dict[str, Any]]
+    total: int
+
+
+def hash_key(raw: str) -> str:
+    """Keys are random 256-bit tokens, so a plain SHA-256 is a safe one-way store."""
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def new_key() -> str:
+    return "key_" + secrets.token_urlsafe(32)
+
+
+class Clock:
+    """ISO 8601 UTC timestamps with microseconds, strictly increasing within a process.
+
+    Rows created in one bulk request get distinct, ordered stamps, so (created_at, id)
+    is request order.
+    """
+
+    def __init__(self) -> None:
+        self._last = dt.datetime.min.replace(tzinfo=dt.UTC)
+        self._lock = threading.Lock()
+
+    def now(self) -> str:
+        with self._lock:
+            now = dt.datetime.now(dt.UTC)
+            if now <= self._last:
+                now = self._last + dt.timedelta(microseconds=1)
+            self._last = now
+        return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Storage:
+    """One SQLite connection; the app calls it from its event loop, one call at a time."""
+
+    def __init__(self, path: str = DEFAULT_DB) -> None:
+        self.path = path
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
+        self._db.execute("PRAGMA busy_timeout = 10000")
+        if path != ":memory:":
+            self._db.execute("PRAGMA journal_mode = WAL")
+        self._db.execute("PRAGMA synchronous = NORMAL")
+        self._db.executescript(_SCHEMA)
+        self.clock = Clock()
+        self.offsets = OffsetIndex()
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """A snapshot: the count, the page and the version agree with each other."""
+        self._db.execute("BEGIN")
+        try:
+            yield self._db
+        finally:
+            self._db.execute("COMMIT")
+
+    # -- tables -------------------------------------------------------------------------
+
+    def create_table(self, spec: Any) -> TableDef:
+        """Create a table from a spec (see `columns.parse_spec`); SpecError if malformed."""
+        name, columns = parse_spec(spec)
+        table = TableDef("tbl_" + secrets.token_hex(6), name, columns, self.clock.now())
+        cols = orjson.dumps([c.to_api() for c in columns]).decode()
+        with self._write() as db:
+            if db.execute("SELECT 1 FROM tables WHERE name = ?", (name,)).fetchone():
+                raise SpecError(f"a table called {name!r} already exists")
+            db.execute(
+                "INSERT INTO tables (id, name, columns, created_at) VALUES (?, ?, ?, ?)",
+                (table.id, name, cols, table.created_at),
+            )
+        return table
+
+    def table(self, table_id: str) -> TableDef | None:
+        row = self._db.execute(
+            "SELECT id, name, columns, created_at FROM tables WHERE id = ?", (table_id,)
+        ).fetchone()
+        return _table(row) if row else None
+
+    def table_by_name(self, name: str) -> TableDef | None:
+        row = self._db.execute(
+            "SELECT id, name, columns, created_at FROM tables WHERE name = ?", (name,)
+        ).fetchone()
+        return _table(row) if row else None
+
+    def summaries(self) -> list[dict[str, Any]]:
+        """Every table with its column and row counts, oldest first."""
+        out = []
+        for tid, name, cols, created, count in self._db.execute(
+            "SELECT id, name, columns, created_at, row_count FROM tables ORDER BY created_at, id"
+        ):
+            out.append(
+                {
+                    "id": tid,
+                    "name": name,
+                    "columns": len(orjson.loads(cols)),
+                    "rows": count,
+                    "created_at": created,
+                }
+            )
+        return out
+
+    # -- rows: reads --------------------------------------------------------------------
+
+    def list_rows(self, table: TableDef, query: RowQuery) -> Page:
+        """One page, seeking from the nearest remembered offset (see `paging`)."""
+        with self._read() as db:
+            version, row_count = db.execute(
+                "SELECT version, row_count FROM tables WHERE id = ?", (table.id,)
+            ).fetchone()
+            sig = query.signature
+            where, params = query.where()
+            skip = query.offset
+            mark = self.offsets.nearest(sig, version, query.offset)
+            if mark is not None:
+                at, key = mark
+                seek, seek_params = query.seek(key)
+                where, params, skip = f"{where} AND {seek}", params + seek_params, query.offset - at
+            keys = ", ".join(query.keys)
+            sql = (
+                f"SELECT id, created_at, updated_at, fields, {keys} FROM rows WHERE {where} "
+                f"ORDER BY {query.order_by()} LIMIT ? OFFSET ?"
+            )
+            found = db.execute(sql, [*params, query.limit + 1, skip]).fetchall()
+            n = len(query.keys)
+            if found:
+                self.offsets.remember(sig, version, query.offset, tuple(found[0][4 : 4 + n]))
+            if len(found) > query.limit:
+                extra = found.pop()
+                self.offsets.remember(sig, version, query.offset + query.limit, tuple(extra[4 : 4 + n]))
+            if not query.conditions:
+                total = row_count
+            else:
+                cached = self.offsets.total(sig, version)
+                if cached is None:
+                    where, params = query.where()
+                    cached = db.execute(f"SELECT count(*) FROM rows WHERE {where}", params).fetchone()[0]
+                    self.offsets.remember_total(sig, version, cached)
+                total = cached
+        return Page([_row(table, r) for r in found], total)
+
+    def get_row(self, table: TableDef, row_id: str) -> dict[str, Any] | None:
+        found = self._db.execute(
+            "SELECT id, created_at, updated_at, fields FROM rows WHERE table_id = ? AND id = ?",
+            (table.id, row_id),
+        ).fetchone()
+        return _row(table, found) if found else None
+
+    # -- rows: writes -------------------------------------------------------------------
+
+    def insert_rows(self, table: TableDef, cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Insert validated cells (see `TableDef.check_create`) in order, all or nothing."""
+        records = []
+        for fields in cells:
+            stamp = self.clock.now()
+            records.append(("row_" + secrets.token_hex(8), stamp, stamp, orjson.dumps(fields).decode()))
+        with self._write() as db:
+            db.executemany(
+                "INSERT INTO rows (table_id, id, created_at, updated_at, fields) VALUES (?, ?, ?, ?, ?)",
+                [(table.id, *r) for r in records],
+            )
+            self._touch(db, table.id, len(records))
+        return [_row(table, r) for r in records]
+
+    def update_row(self, table: TableDef, row_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Merge validated `changes` into the stored cells (None clears); 404 if no such row."""
+        with self._write() as db:
+            found = db.execute(
+                "SELECT created_at, fields FROM rows WHERE table_id = ? AND id = ?", (table.id, row_id)
+            ).fetchone()
+            if found is None:
+                raise not_found(f"row {row_id!r} does not exist in table {table.id!r}")
+            created_at, stored = found
+            fields = orjson.loads(stored)
+            for name, value in changes.items():
+                if value is None:
+                    fields.pop(name, None)
+                else:
+                    fields[name] = value
+            stamp = self.clock.now()
+            text = orjson.dumps(fields).decode()
+            db.execute(
+                "UPDATE rows SET fields = ?, updated_at = ? WHERE table_id = ? AND id = ?",
+                (text, stamp, table.id, row_id),
+            )
+            self._touch(db, table.id, 0)
+        return _row(table, (row_id, created_at, stamp, text))
+
+    def delete_rows(self, table: TableDef, row_ids: Sequence[str]) -> list[str]:
+        """Delete every one of `row_ids` or none: 404 naming the first unknown id."""
+        unique = list(dict.fromkeys(row_ids))
+        with self._write() as db:
+            for chunk in _chunks(unique, 500):
+                marks = ", ".join("?" for _ in chunk)
+                known = {
+                    r[0]
+                    for r in db.execute(
+                        f"SELECT id FROM rows WHERE table_id = ? AND id IN ({marks})", (table.id, *chunk)
+                    )
+                }
+                missing = [r for r in chunk if r not in known]
+                if missing:
+                    raise ApiProblem(
+                        404, f"row {missing[0]!r} does not exist in table {table.id!r}; nothing was deleted"
+                    )
+            db.executemany("DELETE FROM rows WHERE table_id = ? AND id = ?", [(table.id, r) for r in unique])
+            self._touch(db, table.id, -len(unique))
+        return unique
+
+    def _touch(self, db: sqlite3.Connection, table_id: str, added: int) -> None:
+        db.execute(
+            "UPDATE tables SET version = version + 1, row_count = row_count + ? WHERE id = ?",
+            (added, table_id),
+        )
+
+    # -- keys ---------------------------------------------------------------------------
+
+    def create_key(
+        self, *, read_only: bool = False, tables: Iterable[str] | None = None, raw: str | None = None
+    ) -> str:
+        """Store a key (hashed) and return it; `tables` are ids or names, checked to exist."""
+        raw = raw or new_key()
+        ids: list[str] | None = None
+        if tables is not None:
+            ids = []
+            for ref in tables:
+                table = self.table(ref) or self.table_by_name(ref)
+                if table is None:
+                    raise KeyError(f"no table with id or name {ref!r}")
+                ids.append(table.id)
+        with self._write() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO keys (hash, read_only, tables, created_at) VALUES (?, ?, ?, ?)",
+                (
+                    hash_key(raw),
+                    int(read_only),
+                    None if ids is None else orjson.dumps(ids).decode(),
+                    self.clock.now(),
+                ),
+            )
+        return raw
+
+    def has_keys(self) -> bool:
+        return self._db.execute("SELECT 1 FROM keys LIMIT 1").fetchone() is not None
+
+    def find_key(self, raw: str) -> ApiKey | None:
+        digest = hash_key(raw)
+        found = self._db.execute("SELECT hash, read_only, tables FROM keys WHERE hash = ?", (digest,)).fetchone()
+        if found is None or not hmac.compare_digest(found[0], digest):
+            return None
+        tables = None if found[2] is None else frozenset(orjson.loads(found[2]))
+        return ApiKey(read_only=bool(found[1]), tables=tables)
+
+
+def _table(row: tuple[str, str, str, str]) -> TableDef:
+    tid, name, cols, created = row
+    columns = tuple(
+        ColumnDef(
+            c["name"],
+            c["type"],
+            bool(c.get("required", False)),
+            tuple(c["options"]) if "options" in c else None,
+        )
+        for c in orjson.loads(cols)
+    )
+    return TableDef(tid, name, columns, created)
+
+
+def _row(table: TableDef, record: Sequence[Any]) -> dict[str, Any]:
+    rid, created, updated, fields = record[:4]
+    return {
+        "id": rid,
+        "fields": table.present(orjson.loads(fields)),
+        "created_at": created,
+        "updated_at": updated,
+    }
+
+
+def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
