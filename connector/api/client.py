@@ -257,10 +257,10 @@ class _Settings:
     def _redact(self, text: str) -> str:
         return text.replace(self._api_key, "***") if self._api_key else text
 
-    def _request(self, call: _Call[Any]) -> httpx.Request:
+    def _request(self, http: httpx.Client | httpx.AsyncClient, call: _Call[Any]) -> httpx.Request:
         content = orjson.dumps(call.body) if call.body is not None else None
         headers = {"Content-Type": "application/json"} if content is not None else None
-        return httpx.Request(
+        return http.build_request(
             call.method,
             f"{self.base_url}{call.path}",
             params=call.params,
@@ -385,7 +385,7 @@ class Client(_Settings):
                 if wait > 0:
                     time.sleep(wait)
                 try:
-                    response = self._http.send(self._request(call))
+                    response = self._http.send(self._request(self._http, call))
                 except httpx.HTTPError as exc:
                     raise self._transport_error(exc, call) from exc
                 return self._finish(call, response, attempt.retry_state.attempt_number > 1)
@@ -495,7 +495,7 @@ class AsyncClient(_Settings):
                 if wait > 0:
                     await asyncio.sleep(wait)
                 try:
-                    response = await self._http.send(self._request(call))
+                    response = await self._http.send(self._request(self._http, call))
                 except httpx.HTTPError as exc:
                     raise self._transport_error(exc, call) from exc
                 return self._finish(call, response, attempt.retry_state.attempt_number > 1)

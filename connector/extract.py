@@ -1,0 +1,532 @@
+"""A table, read as a stream of typed Arrow record batches (and, on request, one DataFrame).
+
+Reading is offset paging in an explicit, stable order (``created_at`` ascending; the
+reference server breaks ties by id). The first page gives the applied limit and the total;
+the pages after it are fetched concurrently (at most `concurrency` in flight) and emitted in
+order, so memory stays flat however large the table.
+
+Consistency while others write. Consecutive pages overlap by one row: page k starts at the
+offset of page k-1's last row. Rows are only ever appended at the end of this order (a new
+row has the newest ``created_at``; updates do not move a row), so a delete before an edge
+shifts later rows left, and the overlap row is then not where it was. When page k does not
+start with page k-1's last row, the pages after k-1 are dropped and the read resumes right
+after the last row it emitted:
+
+* by key, where the server accepts filters on ``created_at`` and ``id`` (checked once):
+  first ``created_at == t and id > last id`` (the rest of its timestamp), then
+  ``created_at > t``, each read the same way;
+* otherwise by finding that row (or a later one of its page) again near its old offset.
+
+If every edge matches, each page continues exactly where the previous one ended, so no row
+that existed throughout the read is skipped and no id is emitted twice (ids of the previous
+page are also dropped, belt and braces). The read ends on a short or empty page, never on
+the total alone (the total is unreliable under a filter).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import queue
+import threading
+import warnings
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, AsyncClient, Client
+from connector.api.client import Filter
+from connector.api.models import Row, RowPage
+from connector.errors import ApiValidationError, BadRequest, ConfigError, ConnectorError
+from connector.schema import SYSTEM_FIELDS, Column, Table, arrow_schema, frame_from_arrow
+
+__all__ = [
+    "DEFAULT_CONCURRENCY",
+    "CellWarning",
+    "Extraction",
+    "ExtractionError",
+    "read_batches",
+]
+
+#: Pages in flight at once after the first.
+DEFAULT_CONCURRENCY = 4
+#: Pages are gathered into record batches of about this many rows.
+BATCH_ROWS = 2000
+#: A read that had to resume this many times gives up (the table changes faster than we read).
+MAX_RESUMES = 1000
+#: Windows searched backwards for the last emitted row when resuming by offset.
+MAX_SEARCH_WINDOWS = 20
+#: The order every read asks for: the one order new rows cannot enter in the middle of.
+SORT = "created_at"
+
+
+class ExtractionError(ConnectorError):
+    """The table changed so much during the read that it could not be repaired."""
+
+
+class CellWarning(UserWarning):
+    """A cell could not be read as its column's type; it was loaded as null."""
+
+
+class Extraction:
+    """One table read: iterate for record batches, or take it all with `to_pandas()`.
+
+    Iterating again reads the table again. `resumes` counts the repairs of the last read.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        table: Table,
+        *,
+        columns: Sequence[str] | None = None,
+        filter: Filter | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
+        concurrency: int = DEFAULT_CONCURRENCY,
+    ) -> None:
+        if not 2 <= page_size <= MAX_PAGE_SIZE:
+            raise ConfigError(f"page size must be between 2 and {MAX_PAGE_SIZE}, not {page_size}")
+        if concurrency < 1:
+            raise ConfigError(f"concurrency must be at least 1, not {concurrency}")
+        self.table = table
+        self.columns: tuple[Column, ...] = _select(table, columns)
+        self.schema: pa.Schema = arrow_schema(table, [c.name for c in self.columns])
+        self.resumes = 0
+        self._client = client
+        self._filter = _exact_filter(table, filter)
+        self._page_size = page_size
+        self._concurrency = concurrency
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        pages: queue.Queue[list[Row] | BaseException | None] = queue.Queue(self._concurrency * 2)
+        runner = _Runner(self, pages)
+        runner.start()
+        cast = _Caster(self)
+        try:
+            pending: list[Row] = []
+            while (item := pages.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                pending.extend(item)
+                if len(pending) >= BATCH_ROWS:
+                    yield cast.batch(pending)
+                    pending = []
+            if pending:
+                yield cast.batch(pending)
+        finally:
+            runner.stop()
+
+    def to_arrow(self) -> pa.Table:
+        """The whole table as one Arrow table (held in memory: only when asked for)."""
+        return pa.Table.from_batches(list(self), schema=self.schema)
+
+    def to_pandas(self) -> pd.DataFrame:
+        """The whole table as a DataFrame with the dtypes `connector.schema` gives its columns."""
+        return frame_from_arrow(self.to_arrow(), self.table)
+
+
+def read_batches(
+    client: Client,
+    table: Table,
+    *,
+    columns: Sequence[str] | None = None,
+    filter: Filter | None = None,
+    page_size: int = DEFAULT_PAGE_SIZE,
+    concurrency: int = DEFAULT_CONCURRENCY,
+) -> Extraction:
+    """Reads `table` as record batches of `arrow_schema(table, columns)`; see `Extraction`."""
+    return Extraction(
+        client, table, columns=columns, filter=filter, page_size=page_size, concurrency=concurrency
+    )
+
+
+def _select(table: Table, columns: Sequence[str] | None) -> tuple[Column, ...]:
+    if columns is None:
+        return table.columns
+    try:
+        return tuple(table.column(name) for name in columns)
+    except KeyError as exc:
+        raise ConfigError(str(exc.args[0])) from None
+
+
+def _exact_filter(table: Table, filter: Filter | None) -> dict[str, Mapping[str, Any]]:
+    """The filter with its keys spelled exactly as the schema does (matched case-insensitively)."""
+    if not filter:
+        return {}
+    known = {name.lower(): name for name in (*table.column_names, *SYSTEM_FIELDS)}
+    exact: dict[str, Mapping[str, Any]] = {}
+    for key, condition in filter.items():
+        name = key if key in known.values() else known.get(key.lower())
+        if name is None:
+            raise ConfigError(
+                f"filter column {key!r} is not in table {table.name!r}; columns: {table.column_names}"
+            )
+        exact[name] = condition
+    return exact
+
+
+# --- fetching: runs on an event loop in a background thread -------------------------------
+
+
+class _Runner:
+    """Runs the async reader in its own thread (notebooks already run a loop in theirs)."""
+
+    def __init__(self, extraction: Extraction, pages: queue.Queue[list[Row] | BaseException | None]):
+        self._extraction = extraction
+        self._pages = pages
+        self._stopped = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._thread = threading.Thread(target=self._run, name="connector-extract", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stops fetching (when the consumer is done or gave up) and waits for the thread."""
+        self._stopped.set()
+        loop, task = self._loop, self._task
+        if loop is not None and task is not None:
+            with contextlib.suppress(RuntimeError):  # the loop may have finished already
+                loop.call_soon_threadsafe(task.cancel)
+        while self._thread.is_alive():
+            with contextlib.suppress(queue.Empty):  # unblocks a producer waiting on a full queue
+                self._pages.get(timeout=0.05)
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # handed to the consumer, raised there
+            if not self._stopped.is_set():
+                self._put_blocking(exc)
+            return
+        self._put_blocking(None)
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        if self._stopped.is_set():
+            return
+        extraction = self._extraction
+        async with extraction._client.async_twin() as client:
+            reader = _Reader(
+                client,
+                extraction.table,
+                extraction._filter,
+                extraction._page_size,
+                extraction._concurrency,
+                self._emit,
+            )
+            try:
+                await reader.read()
+            finally:
+                extraction.resumes = reader.resumes
+
+    async def _emit(self, rows: list[Row]) -> None:
+        while True:
+            try:
+                self._pages.put_nowait(rows)
+                return
+            except queue.Full:
+                if self._stopped.is_set():
+                    raise asyncio.CancelledError from None
+                await asyncio.sleep(0.002)
+
+    def _put_blocking(self, item: BaseException | None) -> None:
+        while not self._stopped.is_set():
+            try:
+                self._pages.put(item, timeout=0.05)
+                return
+            except queue.Full:
+                continue
+
+
+@dataclass(frozen=True)
+class _Edge:
+    """The last row emitted, where it was read, and the ids of its page: where to resume."""
+
+    row: Row
+    offset: int  # absolute, in the unresumed order; only meaningful for offset resumes
+    page_ids: tuple[str, ...]
+
+
+class _Reader:
+    """Reads pages concurrently, checks every page edge, resumes after a shift."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        table: Table,
+        filter: dict[str, Mapping[str, Any]],
+        page_size: int,
+        concurrency: int,
+        emit: Callable[[list[Row]], Awaitable[None]],
+    ) -> None:
+        self._client = client
+        self._table = table
+        self._filter = filter
+        self._page_size = page_size
+        self._concurrency = concurrency
+        self._emit = emit
+        self._by_key: bool | None = None  # None: not yet known
+        self.resumes = 0
+
+    async def read(self) -> None:
+        edge = await self._pass(self._filter, 0, None)
+        while edge is not None:
+            self.resumes += 1
+            if self.resumes > MAX_RESUMES:
+                raise ExtractionError(
+                    f"table {self._table.name!r} changed faster than it could be read; try again"
+                )
+            if await self._keys_work(edge.row):
+                edge = await self._resume_by_key(edge)
+            else:
+                edge = await self._resume_by_offset(edge)
+
+    async def _fetch(self, filter: Mapping[str, Mapping[str, Any]], offset: int, limit: int) -> RowPage:
+        return await self._client.list_rows(
+            self._table.id, limit=limit, offset=offset, sort=SORT, order="asc", filter=filter
+        )
+
+    async def _pass(
+        self, filter: Mapping[str, Mapping[str, Any]], start: int, anchor: _Edge | None
+    ) -> _Edge | None:
+        """Reads from offset `start` to a short page; returns the edge where a shift showed.
+
+        With an `anchor`, the first page must begin with the anchor's row (already emitted).
+        """
+        first = await self._fetch(filter, start, self._page_size)
+        limit = first.limit
+        if limit < 2:
+            raise ExtractionError(f"the server applied a page limit of {limit}; need at least 2")
+        rows = first.rows
+        seen: set[str] = set()
+        if anchor is not None:
+            if not rows or rows[0].id != anchor.row.id:
+                return _Edge(anchor.row, start, anchor.page_ids)
+            seen = set(anchor.page_ids)
+        await self._emit_new(rows, seen)
+        if len(rows) < limit:
+            return None
+        step = limit - 1
+        planned_end = first.total if first.total is not None else 0  # a hint, never trusted
+        next_offset = start + step
+        in_flight: deque[tuple[int, asyncio.Task[RowPage]]] = deque()
+        prev, prev_offset = rows, start
+        try:
+            while True:
+                while len(in_flight) < self._concurrency and (
+                    next_offset < planned_end or not in_flight
+                ):
+                    task = asyncio.create_task(self._fetch(filter, next_offset, limit))
+                    in_flight.append((next_offset, task))
+                    next_offset += step
+                offset, task = in_flight.popleft()
+                page = await task
+                if not page.rows or page.rows[0].id != prev[-1].id:
+                    return _Edge(prev[-1], prev_offset + len(prev) - 1, tuple(r.id for r in prev))
+                await self._emit_new(page.rows, {r.id for r in prev})
+                if len(page.rows) < page.limit:
+                    return None
+                prev, prev_offset = page.rows, offset
+        finally:
+            for _, pending in in_flight:
+                pending.cancel()
+            if in_flight:
+                await asyncio.gather(*(t for _, t in in_flight), return_exceptions=True)
+
+    async def _emit_new(self, rows: list[Row], seen: set[str]) -> None:
+        new = [r for r in rows if r.id not in seen]
+        if new:
+            await self._emit(new)
+
+    async def _keys_work(self, row: Row) -> bool:
+        """Whether we may resume by key: the server filters on created_at and id, unambiguously."""
+        if self._by_key is None:
+            names = {c.name.lower() for c in self._table.columns}
+            self._by_key = (
+                row.created_at is not None
+                and not ({"created_at", "id"} & names)
+                and "id" not in self._filter
+            )
+            if self._by_key:
+                try:
+                    await asyncio.gather(
+                        self._fetch(self._tie_filter(row), 0, 1),
+                        self._fetch(self._after_filter(row), 0, 1),
+                    )
+                except (BadRequest, ApiValidationError):
+                    self._by_key = False
+        return self._by_key and row.created_at is not None
+
+    def _tie_filter(self, row: Row) -> dict[str, Mapping[str, Any]]:
+        return {**self._filter, "created_at": {"eq": row.created_at}, "id": {"gt": row.id}}
+
+    def _after_filter(self, row: Row) -> dict[str, Mapping[str, Any]]:
+        # Overriding a caller's `created_at > x` is safe: the row we resume after matched it.
+        return {**self._filter, "created_at": {"gt": row.created_at}}
+
+    async def _resume_by_key(self, edge: _Edge) -> _Edge | None:
+        shift = await self._pass(self._tie_filter(edge.row), 0, None)
+        if shift is not None:
+            return shift
+        if "eq" in self._filter.get("created_at", {}):
+            return None  # every matching row has the same timestamp: the ties were all of them
+        return await self._pass(self._after_filter(edge.row), 0, None)
+
+    async def _resume_by_offset(self, edge: _Edge) -> _Edge | None:
+        """Finds the last emitted row (or a later-read one of its page) again, near its offset.
+
+        Rows only move left (deletes before them), so the search walks back from the old offset.
+        """
+        rank = {row_id: i for i, row_id in enumerate(edge.page_ids)}
+        window = self._page_size
+        start = max(0, edge.offset + 2 - window)
+        for _ in range(MAX_SEARCH_WINDOWS):
+            page = await self._fetch(self._filter, start, window)
+            found = [(rank[r.id], i) for i, r in enumerate(page.rows) if r.id in rank]
+            if found:
+                _, at = max(found)
+                anchor = _Edge(page.rows[at], start + at, edge.page_ids)
+                return await self._pass(self._filter, start + at, anchor)
+            if start == 0:
+                break
+            start = max(0, start - (page.limit - 1))
+        raise ExtractionError(
+            f"table {self._table.name!r}: rows read last were deleted while reading and the read "
+            "cannot resume safely on this server; try again"
+        )
+
+
+# --- typing: API cells into Arrow arrays ---------------------------------------------------
+
+
+class _Caster:
+    """Turns rows into record batches of the extraction's schema; warns once per bad column."""
+
+    def __init__(self, extraction: Extraction) -> None:
+        self._schema = extraction.schema
+        self._columns = extraction.columns
+        self._warned: set[str] = set()
+
+    def batch(self, rows: list[Row]) -> pa.RecordBatch:
+        arrays: list[pa.Array] = [
+            pa.array([r.id for r in rows], pa.string()),
+            _timestamps([r.created_at for r in rows]),
+            _timestamps([r.updated_at for r in rows]),
+        ]
+        for column in self._columns:
+            values = [r.fields.get(column.name) for r in rows]
+            arrays.append(self._cells(column, values))
+        return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
+
+    def _cells(self, column: Column, values: list[Any]) -> pa.Array:
+        kind = column.kind.name
+        if kind == "choice":
+            return _choices(column, values)
+        parse = _PARSERS[kind]
+        arrow_type = column.arrow_type
+        clean = [None if v is None or v == "" else v for v in values]
+        try:
+            if kind == "date":
+                return pa.array(clean, pa.string()).cast(arrow_type)
+            return pa.array(clean, arrow_type, from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            pass
+        parsed: list[Any] = []
+        bad = 0
+        for value in clean:
+            try:
+                parsed.append(None if value is None else parse(value))
+            except (TypeError, ValueError, OverflowError):
+                parsed.append(None)
+                bad += 1
+        if bad and column.name not in self._warned:
+            self._warned.add(column.name)
+            warnings.warn(
+                f"column {column.name!r}: {bad} value(s) are not a {kind}; loaded as null",
+                CellWarning,
+                stacklevel=2,
+            )
+        return pa.array(parsed, arrow_type, from_pandas=True)
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, str):
+        return float(value.strip().replace(",", ""))
+    return float(value)
+
+
+_TRUE = {"true", "yes", "y", "1", "on", "x"}
+_FALSE = {"false", "no", "n", "0", "off"}
+
+
+def _checkbox(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise ValueError(value)
+
+
+def _date(value: Any) -> dt.date:
+    return dt.date.fromisoformat(str(value).strip()[:10])
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+_PARSERS: Mapping[str, Callable[[Any], Any]] = {
+    "text": _text,
+    "number": _number,
+    "checkbox": _checkbox,
+    "date": _date,
+}
+
+
+def _choices(column: Column, values: list[Any]) -> pa.Array:
+    """A dictionary array whose dictionary is the column's options (plus any stray values)."""
+    dictionary = list(column.options or ())
+    index = {option: i for i, option in enumerate(dictionary)}
+    codes: list[int | None] = []
+    for value in values:
+        if value is None or value == "":
+            codes.append(None)
+            continue
+        text = _text(value)
+        code = index.get(text)
+        if code is None:
+            code = index[text] = len(dictionary)
+            dictionary.append(text)
+        codes.append(code)
+    return pa.DictionaryArray.from_arrays(
+        pa.array(codes, pa.int32()), pa.array(dictionary, pa.string())
+    )
+
+
+_UTC = pa.timestamp("us", tz="UTC")
+
+
+def _timestamps(values: list[str | None]) -> pa.Array:
+    try:
+        return pa.array(values, pa.string()).cast(_UTC)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        parsed = [
+            dt.datetime.fromisoformat(v.replace("Z", "+00:00")) if v else None for v in values
+        ]
+        return pa.array(
+            [p if p is None or p.tzinfo else p.replace(tzinfo=dt.UTC) for p in parsed], _UTC
+        )
