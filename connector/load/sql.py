@@ -1,0 +1,262 @@
+"""Arrow batches -> a SQL table through SQLAlchemy: replace, append, or merge by row id.
+
+- ``replace`` loads a fresh staging table and swaps it in, all in ONE transaction: readers
+  see the old table until the commit, then the new one, never a partial or empty table; a
+  killed load rolls back and leaves nothing behind (both PostgreSQL and SQLite have
+  transactional DDL).
+- ``append`` inserts; ``merge`` upserts by the row id (the ``_id`` primary key) with
+  ``INSERT ... ON CONFLICT``; `delete_ids` removes rows deleted upstream.
+
+The table's columns come from the API schema, typed by `connector.schema` (the one
+mapping). Identifiers are always quoted. PostgreSQL through psycopg is loaded with
+``COPY`` (Arrow writes the CSV in C++); every other database gets an ``executemany``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import Collection, Iterable, Iterator
+from typing import Any, Literal, get_args
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from connector.errors import ConfigError, DestinationError
+from connector.load.csv import plain_schema
+from connector.load.parquet import conform
+from connector.schema import Table, arrow_schema
+
+__all__ = ["MODES", "Mode", "delete_ids", "load_table", "sql_table"]
+
+Mode = Literal["replace", "append", "merge"]
+MODES: tuple[str, ...] = get_args(Mode)
+
+#: Ids per DELETE statement (well under every database's bound-parameter limit).
+DELETE_CHUNK = 500
+
+
+def load_table(
+    batches: Iterable[pa.RecordBatch],
+    table: Table,
+    engine_or_url: sa.Engine | str,
+    *,
+    mode: Mode = "replace",
+    name: str | None = None,
+    deleted_ids: Collection[str] = (),
+) -> int:
+    """Load `batches` (rows of `table`) into the SQL table `name` (default: the table's name).
+
+    Returns the rows loaded. `deleted_ids` (merge mode) are removed in the same transaction,
+    so an incremental sync applies its changes and deletions at once or not at all.
+    """
+    if mode not in MODES:
+        raise ConfigError(f"unknown load mode {mode!r}; use one of {', '.join(MODES)}")
+    if deleted_ids and mode != "merge":
+        raise ConfigError("deleted_ids only make sense with mode='merge'")
+    name = name or table.name
+    stream = iter(batches)
+    first = next(stream, None)
+    schema = first.schema if first is not None else arrow_schema(table)
+    everything = _chain(first, stream)
+    with _engine(engine_or_url) as engine, _failures(engine, name):
+        if mode == "merge" and engine.dialect.name not in ("postgresql", "sqlite"):
+            raise ConfigError(f"merge is supported on PostgreSQL and SQLite, not {engine.dialect.name}")
+        with _transaction(engine) as conn:
+            if mode == "replace":
+                return _replace(conn, sql_table(table, schema, name), everything)
+            target = sql_table(table, schema, name)
+            target.create(conn, checkfirst=True)
+            _add_missing_columns(conn, target)
+            if mode == "append":
+                return _insert(conn, target, everything)
+            rows = _merge(conn, target, everything)
+            _delete(conn, target, deleted_ids)
+            return rows
+
+
+def delete_ids(
+    engine_or_url: sa.Engine | str, table: Table, ids: Collection[str], *, name: str | None = None
+) -> int:
+    """Delete the rows with these row ids from the SQL table (a missing table has none)."""
+    name = name or table.name
+    target = sql_table(table, arrow_schema(table, columns=[]), name)
+    with _engine(engine_or_url) as engine, _failures(engine, name), _transaction(engine) as conn:
+        if not sa.inspect(conn).has_table(name):
+            return 0
+        return _delete(conn, target, ids)
+
+
+def sql_table(table: Table, schema: pa.Schema, name: str) -> sa.Table:
+    """The SQLAlchemy table for the Arrow `schema` of `table`'s rows: ``_id`` is the key."""
+    system = {frame_name: attr for attr, frame_name in table.system_names().items()}
+    columns = []
+    for field in schema:
+        if field.name == table.system_names()["id"]:
+            column = sa.Column(field.name, sa.Text, primary_key=True, quote=True)
+        elif field.name in system:  # created_at / updated_at: UTC timestamps
+            column = sa.Column(field.name, sa.DateTime(timezone=True), quote=True)
+        else:
+            column = sa.Column(field.name, table.column(field.name).sql_type, quote=True)
+        columns.append(column)
+    return sa.Table(name, sa.MetaData(), *columns, quote=True)
+
+
+def _replace(conn: sa.Connection, target: sa.Table, batches: Iterable[pa.RecordBatch]) -> int:
+    staging = sa.Table(
+        f"_connector_staging_{secrets.token_hex(6)}",
+        sa.MetaData(),
+        *(sa.Column(c.name, c.type, primary_key=c.primary_key, quote=True) for c in target.columns),
+        quote=True,
+    )
+    staging.create(conn)
+    rows = _insert(conn, staging, batches)
+    quote = conn.dialect.identifier_preparer.quote_identifier
+    if sa.inspect(conn).has_table(target.name):
+        conn.exec_driver_sql(f"DROP TABLE {quote(target.name)}")
+    conn.exec_driver_sql(f"ALTER TABLE {quote(staging.name)} RENAME TO {quote(target.name)}")
+    return rows
+
+
+def _insert(conn: sa.Connection, target: sa.Table, batches: Iterable[pa.RecordBatch]) -> int:
+    if _copy_capable(conn):
+        return _copy(conn, target, batches)
+    rows = 0
+    for batch in batches:
+        if batch.num_rows:
+            conn.execute(target.insert(), batch.to_pylist())
+            rows += batch.num_rows
+    return rows
+
+
+def _copy_capable(conn: sa.Connection) -> bool:
+    return conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg"
+
+
+def _copy(conn: sa.Connection, target: sa.Table, batches: Iterable[pa.RecordBatch]) -> int:
+    """PostgreSQL's COPY, fed CSV that Arrow writes: quoted text, so '' and NULL stay apart."""
+    quote = conn.dialect.identifier_preparer.quote_identifier
+    names = [c.name for c in target.columns]
+    sql = f"COPY {quote(target.name)} ({', '.join(map(quote, names))}) FROM STDIN (FORMAT csv)"
+    options = pacsv.WriteOptions(include_header=False)
+    schema: pa.Schema | None = None
+    rows = 0
+    raw: Any = conn.connection.driver_connection
+    with raw.cursor() as cursor, cursor.copy(sql) as copy:
+        for batch in batches:
+            schema = schema or plain_schema(pa.schema([batch.schema.field(n) for n in names]))
+            sink = pa.BufferOutputStream()
+            pacsv.write_csv(conform(batch, schema), sink, options)
+            copy.write(sink.getvalue())
+            rows += batch.num_rows
+    return rows
+
+
+def _merge(conn: sa.Connection, target: sa.Table, batches: Iterable[pa.RecordBatch]) -> int:
+    key = next(c for c in target.columns if c.primary_key)
+    others = [c.name for c in target.columns if not c.primary_key]
+    if _copy_capable(conn):
+        changes = sa.Table(
+            f"_connector_merge_{secrets.token_hex(6)}",
+            sa.MetaData(),
+            *(sa.Column(c.name, c.type, quote=True) for c in target.columns),
+            prefixes=["TEMPORARY"],
+            postgresql_on_commit="DROP",
+            quote=True,
+        )
+        changes.create(conn)
+        rows = _copy(conn, changes, batches)
+        pg = postgresql.insert(target).from_select(list(target.columns.keys()), changes.select())
+        conn.execute(_on_conflict(pg, key, others))
+        return rows
+    rows = 0
+    lite = sqlite.insert(target)
+    statement = _on_conflict(lite, key, others)
+    for batch in batches:
+        if batch.num_rows:
+            conn.execute(statement, batch.to_pylist())
+            rows += batch.num_rows
+    return rows
+
+
+def _on_conflict(insert: Any, key: sa.Column[Any], others: list[str]) -> Any:
+    if not others:
+        return insert.on_conflict_do_nothing(index_elements=[key])
+    return insert.on_conflict_do_update(
+        index_elements=[key], set_={name: insert.excluded[name] for name in others}
+    )
+
+
+def _delete(conn: sa.Connection, target: sa.Table, ids: Collection[str]) -> int:
+    key = next(c for c in target.columns if c.primary_key)
+    ordered = list(ids)
+    deleted = 0
+    for start in range(0, len(ordered), DELETE_CHUNK):
+        chunk = ordered[start : start + DELETE_CHUNK]
+        deleted += conn.execute(target.delete().where(key.in_(chunk))).rowcount
+    return deleted
+
+
+def _add_missing_columns(conn: sa.Connection, target: sa.Table) -> None:
+    """Columns added upstream since the table was created are added to it (nullable)."""
+    existing = {c["name"] for c in sa.inspect(conn).get_columns(target.name)}
+    quote = conn.dialect.identifier_preparer.quote_identifier
+    for column in target.columns:
+        if column.name not in existing:
+            sql_type = column.type.compile(dialect=conn.dialect)
+            conn.exec_driver_sql(
+                f"ALTER TABLE {quote(target.name)} ADD COLUMN {quote(column.name)} {sql_type}"
+            )
+
+
+@contextlib.contextmanager
+def _engine(engine_or_url: sa.Engine | str) -> Iterator[sa.Engine]:
+    """The engine given, or one made from a URL (psycopg for PostgreSQL) and disposed after."""
+    if isinstance(engine_or_url, sa.Engine):
+        yield engine_or_url
+        return
+    try:
+        url = sa.make_url(engine_or_url)
+        if url.drivername == "postgresql":
+            url = url.set(drivername="postgresql+psycopg")
+        engine = sa.create_engine(url)
+    except (sa.exc.ArgumentError, ImportError) as exc:
+        # The URL may hold a password: name only its scheme.
+        scheme = str(engine_or_url).partition(":")[0]
+        raise ConfigError(
+            f"cannot use database URL with scheme {scheme!r}: {type(exc).__name__}; "
+            "expected e.g. sqlite:///out.db or postgresql://user@host/db"
+        ) from None
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+@contextlib.contextmanager
+def _transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """One transaction that includes DDL. Python's sqlite3 would autocommit a CREATE TABLE
+    issued before any INSERT, so on SQLite we open the transaction ourselves."""
+    with engine.begin() as conn:
+        if engine.dialect.name == "sqlite":
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        yield conn
+
+
+@contextlib.contextmanager
+def _failures(engine: sa.Engine, name: str) -> Iterator[None]:
+    """Database errors become a DestinationError naming the table and the (password-free) URL."""
+    try:
+        yield
+    except sa.exc.SQLAlchemyError as exc:
+        reason = getattr(exc, "orig", None) or exc
+        where = engine.url.render_as_string(hide_password=True)
+        raise DestinationError(f"loading table {name!r} into {where} failed: {reason}") from exc
+
+
+def _chain(first: pa.RecordBatch | None, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    if first is not None:
+        yield first
+        yield from rest

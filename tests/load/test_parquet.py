@@ -1,0 +1,221 @@
+"""Parquet export: every type reads back right in pyarrow, pandas and DuckDB; writes are atomic."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, date, datetime
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from connector.load.parquet import ROW_GROUP_ROWS, merge_parquet, write_parquet
+from connector.schema import Column, Table, arrow_schema
+from tests.load.samples import (
+    OPTIONS,
+    ROWS,
+    SCHEMA,
+    TABLE,
+    batch,
+    batches,
+    kill_midway,
+    numbered,
+)
+
+EXTRACTED = datetime(2026, 11, 22, 6, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def exported(tmp_path: Path) -> Path:
+    path = tmp_path / "orders.parquet"
+    assert write_parquet(batches(ROWS, size=2), SCHEMA, path, extracted_at=EXTRACTED) == len(ROWS)
+    return path
+
+
+def test_pyarrow_reads_every_type_and_value_back(exported: Path) -> None:
+    read = pq.read_table(exported)
+    assert {f.name: f.type for f in read.schema} == {
+        "_id": pa.string(),
+        "_created_at": pa.timestamp("us", tz="UTC"),
+        "_updated_at": pa.timestamp("us", tz="UTC"),
+        "Name": pa.string(),
+        "Status": pa.dictionary(pa.int32(), pa.string()),
+        "Amount": pa.float64(),
+        "Paid": pa.bool_(),
+        "Due": pa.date32(),
+        "id": pa.string(),
+        "created_at": pa.string(),
+    }
+    assert read.to_pylist() == ROWS
+
+
+def test_pandas_reads_nullable_dtypes_and_every_choice_option(exported: Path) -> None:
+    frame = pd.read_parquet(exported)
+    assert {name: str(dtype) for name, dtype in frame.dtypes.items()} == {
+        "_id": "string",
+        "_created_at": "datetime64[us, UTC]",
+        "_updated_at": "datetime64[us, UTC]",
+        "Name": "string",
+        "Status": "category",
+        "Amount": "Float64",
+        "Paid": "boolean",
+        "Due": "date32[day][pyarrow]",
+        "id": "string",
+        "created_at": "string",
+    }
+    assert list(frame["Status"].cat.categories) == list(OPTIONS)
+    empty = frame.iloc[2]
+    assert empty["Name"] == ""  # an empty string stays a string
+    for column in ("Status", "Amount", "Paid", "Due", "id", "created_at"):
+        assert pd.isna(empty[column]), column
+    assert frame["Amount"].tolist()[:2] == [12.5, -0.1]
+    assert frame["Paid"].tolist()[:2] == [True, False]
+    assert frame["_created_at"].iloc[0] == pd.Timestamp("2024-03-01 12:30:15.123456", tz="UTC")
+
+
+def test_duckdb_reads_sql_types_and_nulls(exported: Path) -> None:
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    relation = con.read_parquet(str(exported))
+    assert dict(zip(relation.columns, map(str, relation.types), strict=True)) == {
+        "_id": "VARCHAR",
+        "_created_at": "TIMESTAMP WITH TIME ZONE",
+        "_updated_at": "TIMESTAMP WITH TIME ZONE",
+        "Name": "VARCHAR",
+        "Status": "VARCHAR",
+        "Amount": "DOUBLE",
+        "Paid": "BOOLEAN",
+        "Due": "DATE",
+        "id": "VARCHAR",
+        "created_at": "VARCHAR",
+    }
+    got = con.execute(
+        'SELECT "_id", CAST("_created_at" AS VARCHAR), "Status", "Amount", "Paid", "Due" FROM read_parquet(?) '
+        'ORDER BY "_id"',
+        [str(exported)],
+    ).fetchall()
+    assert got == [
+        ("row_1", "2024-03-01 12:30:15.123456+00", "open", 12.5, True, date(2024, 3, 31)),
+        ("row_2", "2024-03-01 12:30:15.123456+00", "on hold", -0.1, False, date(1970, 1, 1)),
+        ("row_3", "2025-01-02 03:04:05+00", None, None, None, None),
+        ("row_4", "2025-01-02 03:04:05+00", "closed", 1e300, True, date(2999, 12, 31)),
+    ]
+
+
+def test_file_says_what_it_was_extracted_from(exported: Path) -> None:
+    schema = pq.read_schema(exported)
+    meta = schema.metadata
+    assert meta[b"connector.table_id"] == b"tbl_orders"
+    assert meta[b"connector.table_name"] == b"orders"
+    assert datetime.fromisoformat(meta[b"connector.extracted_at"].decode()) == EXTRACTED
+    columns = json.loads(meta[b"connector.columns"])
+    assert columns[:3] == [
+        {"name": "_id", "system": "id"},
+        {"name": "_created_at", "system": "created_at"},
+        {"name": "_updated_at", "system": "updated_at"},
+    ]
+    assert {"name": "Status", "type": "choice", "options": list(OPTIONS)} in columns
+    assert {"name": "Due", "type": "date"} in columns
+    assert schema.field("Status").metadata[b"connector.options"] == json.dumps(list(OPTIONS)).encode()
+    # the same description is visible to tools that read only Parquet key/value metadata
+    kv = duckdb.sql(f"SELECT key FROM parquet_kv_metadata('{exported}')").fetchall()
+    assert (b"connector.columns",) in kv
+
+
+def test_pages_are_gathered_into_large_row_groups(tmp_path: Path) -> None:
+    rows = numbered(ROW_GROUP_ROWS + 100)
+    path = tmp_path / "big.parquet"
+    assert write_parquet(batches(rows, size=1000), SCHEMA, path) == len(rows)
+    meta = pq.ParquetFile(path).metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [ROW_GROUP_ROWS, 100]
+
+
+def test_a_table_without_rows_is_a_valid_empty_file(tmp_path: Path) -> None:
+    path = tmp_path / "empty.parquet"
+    assert write_parquet([], SCHEMA, path) == 0
+    read = pq.read_table(path)
+    assert read.num_rows == 0
+    assert read.schema.names == SCHEMA.names
+
+
+def test_a_choice_value_outside_the_options_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "odd.parquet"
+    write_parquet([batch([{**ROWS[0], "Status": "archived"}])], SCHEMA, path)
+    frame = pd.read_parquet(path)
+    assert frame["Status"].tolist() == ["archived"]
+    assert list(frame["Status"].cat.categories) == [*OPTIONS, "archived"]
+
+
+def test_failed_export_leaves_the_previous_file_untouched(exported: Path) -> None:
+    before = exported.read_bytes()
+
+    def failing() -> Iterator[pa.RecordBatch]:
+        yield from batches(numbered(ROW_GROUP_ROWS + 10), size=5000)
+        raise RuntimeError("the API went away")
+
+    with pytest.raises(RuntimeError, match="went away"):
+        write_parquet(failing(), SCHEMA, exported)
+    assert exported.read_bytes() == before
+    assert [p.name for p in exported.parent.iterdir()] == [exported.name]  # no temp file left
+
+
+KILLED_EXPORT = """
+import sys, time
+from connector.load.parquet import write_parquet
+from tests.load.samples import SCHEMA, batches, numbered
+
+def slow():
+    for i, b in enumerate(batches(numbered(100_000), size=1000)):
+        if i == 70:  # past the first row group: bytes are already in the temp file
+            print("READY", flush=True)
+            time.sleep(60)
+        yield b
+
+write_parquet(slow(), SCHEMA, sys.argv[1])
+"""
+
+
+def test_killed_export_leaves_the_previous_file_and_a_rerun_works(exported: Path) -> None:
+    before = exported.read_bytes()
+    kill_midway(KILLED_EXPORT, str(exported))
+    assert exported.read_bytes() == before
+    partial = [p for p in exported.parent.iterdir() if p != exported]
+    assert len(partial) == 1 and partial[0].stat().st_size > 0  # the killed write's leftover
+    assert sorted(exported.parent.glob("*.parquet")) == [exported]  # invisible to globs
+
+    assert write_parquet(batches(numbered(10)), SCHEMA, exported) == 10
+    assert pq.read_table(exported).column("_id").to_pylist() == [f"row_{i}" for i in range(10)]
+
+
+def test_merge_upserts_by_row_id_and_drops_deleted_rows(exported: Path) -> None:
+    changed = {**ROWS[1], "Name": "Grace", "Paid": True}
+    new = numbered(1, start=9)[0]
+    total = merge_parquet([batch([changed, new])], SCHEMA, exported, deleted_ids=["row_3"])
+    assert total == 4
+    rows = {r["_id"]: r for r in pq.read_table(exported).to_pylist()}
+    assert sorted(rows) == ["row_1", "row_2", "row_4", "row_9"]
+    assert rows["row_2"] == changed
+    assert rows["row_1"] == ROWS[0]
+    assert rows["row_9"] == new
+
+
+def test_merge_into_a_missing_file_writes_it(tmp_path: Path) -> None:
+    path = tmp_path / "new.parquet"
+    assert merge_parquet(batches(ROWS), SCHEMA, path) == len(ROWS)
+    assert pq.read_table(path).to_pylist() == ROWS
+
+
+def test_merge_after_a_column_was_added_upstream_keeps_old_rows(tmp_path: Path) -> None:
+    path = tmp_path / "grown.parquet"
+    write_parquet(batches(ROWS), SCHEMA, path)
+    grown = Table(TABLE.id, TABLE.name, (*TABLE.columns, Column("Notes", "text")))
+    schema = arrow_schema(grown)
+    fresh = {**numbered(1, start=7)[0], "Notes": "new column"}
+    merge_parquet([pa.RecordBatch.from_pylist([fresh], schema=schema)], schema, path)
+    rows = pq.read_table(path).to_pylist()
+    assert [r["_id"] for r in rows] == ["row_1", "row_2", "row_3", "row_4", "row_7"]
+    assert [r["Notes"] for r in rows] == [None, None, None, None, "new column"]
