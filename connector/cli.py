@@ -62,3 +62,7 @@ from connector.server.cli import keys, serve, server  # noqa: E402
 main.add_command(serve)
 main.add_command(server)
 main.add_command(keys)
+
+from connector.jobs.cli import sync  # noqa: E402
+
+main.add_command(sync)

@@ -1,0 +1,136 @@
+"""`connector sync JOB.toml`: parse, run the job, print what happened. No logic lives here."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from connector.errors import ConnectorError
+from connector.jobs.config import load_job
+from connector.jobs.runner import RunSummary, run_job
+
+__all__ = ["sync"]
+
+
+@click.command()
+@click.argument("job_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--dry-run", is_flag=True, help="Read and plan only: no writes, no state change.")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one JSON event per line on stderr and a JSON summary on stdout.",
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Keep the job's state and lock here (overrides sync.state_dir).",
+)
+@click.option(
+    "--wait",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Seconds to wait for another run of the same job to finish before giving up.",
+)
+@click.pass_context
+def sync(
+    ctx: click.Context,
+    job_file: Path,
+    dry_run: bool,
+    log_format: str,
+    state_dir: Path | None,
+    wait: float,
+) -> None:
+    """Run the job in JOB_FILE: push its spreadsheets, then sync its tables.
+
+    Incremental jobs read only rows changed since the last run and merge them into every
+    destination, removing (or marking) rows deleted upstream. The API key comes from the
+    environment variable the job names in source.api_key_env.
+
+    \b
+    Exit codes: 0 ok · 1 failed · 2 bad job file or usage
+                3 partial (some tables or pushes failed or were skipped)
+                75 another run of this job holds the lock (see --wait)
+
+    \b
+    Examples:
+      connector sync configs/demo.toml
+      connector sync configs/nightly-warehouse.toml --log-format json --wait 600
+      connector sync configs/demo.toml --dry-run
+    """
+    as_json = log_format == "json"
+    report = _json_event if as_json else _text_event
+    try:
+        job = load_job(job_file)
+        if state_dir is not None:
+            job = job.with_state_dir(state_dir)
+        summary = run_job(job, dry_run=dry_run, wait=wait, report=report)
+    except ConnectorError as exc:
+        if as_json:  # a scheduler still gets one parseable summary
+            failure = {"job": job_file.stem, "status": "error", "exit_code": exc.exit_code}
+            click.echo(json.dumps({**failure, "error": str(exc)}))
+        raise
+    if as_json:
+        click.echo(json.dumps(summary.to_dict()))
+    else:
+        _text_summary(summary)
+    ctx.exit(summary.exit_code)
+
+
+def _json_event(event: str, **fields: Any) -> None:
+    print(json.dumps({"event": event, **fields}, default=str), file=sys.stderr, flush=True)
+
+
+def _text_event(event: str, **fields: Any) -> None:
+    if event == "table":
+        click.echo(f"  {_table_line(fields)}", err=True)
+    elif event == "push":
+        click.echo(f"  {_push_line(fields)}", err=True)
+    elif event == "note":
+        click.echo(f"  {fields['table']}: {fields['note']}", err=True)
+    elif event == "start":
+        dry = " (dry run: nothing is written)" if fields["dry_run"] else ""
+        click.echo(f"job {fields['job']}{dry}", err=True)
+
+
+def _table_line(t: dict[str, Any]) -> str:
+    name = f"{t['table']:<20}"
+    if t["status"] in ("failed", "skipped"):
+        return f"{name} {t['status'].upper()}: {t['error']}"
+    if t["status"] == "planned":
+        return f"{name} would read {t['rows_read']} rows ({t['read']})"
+    if t["status"] == "unchanged":
+        return f"{name} unchanged ({t['read']}, {t['seconds']:.1f}s)"
+    return (
+        f"{name} {t['read']:<11} {t['rows_read']:>7} read {t['rows_written']:>7} written "
+        f"{t['rows_deleted']:>5} deleted  {t['seconds']:.1f}s"
+    )
+
+
+def _push_line(p: dict[str, Any]) -> str:
+    head = f"push {Path(p['file']).name} -> {p['table']}:"
+    if p["status"] == "failed":
+        return f"{head} FAILED: {p['error']}"
+    verb = "plan" if p["status"] == "planned" else "applied"
+    return (
+        f"{head} {verb}: {p['created']} create, {p['updated']} update, "
+        f"{p['deleted']} delete, {p['unchanged']} unchanged"
+    )
+
+
+def _text_summary(summary: RunSummary) -> None:
+    written = sum(t.rows_written for t in summary.tables)
+    deleted = sum(t.rows_deleted for t in summary.tables)
+    line = f"{summary.job}: {summary.status}"
+    if summary.tables:
+        line += f" — {len(summary.tables)} tables, {written} rows written, {deleted} deleted"
+    if summary.error:
+        line += f" — {summary.error}"
+    click.echo(line)
