@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from connector.api import AsyncClient, Client
 from connector.errors import (
     ApiError,
     ApiValidationError,
@@ -16,11 +17,14 @@ from connector.errors import (
     TransportError,
 )
 from connector.schema import Column, Table
+from connector.workspace import Workspace
 
 __all__ = [
     "ApiError",
     "ApiValidationError",
+    "AsyncClient",
     "AuthError",
+    "Client",
     "Column",
     "ConfigError",
     "ConnectorError",
@@ -31,4 +35,5 @@ __all__ = [
     "ServerError",
     "Table",
     "TransportError",
+    "Workspace",
 ]

@@ -63,6 +63,59 @@ main.add_command(serve)
 main.add_command(server)
 main.add_command(keys)
 
-from connector.jobs.cli import sync  # noqa: E402
+# --- tables, schema: what the workspace holds (owner: client) ------------------------------
 
-main.add_command(sync)
+_base_url_option = click.option(
+    "--base-url", envvar="CONNECTOR_BASE_URL", help="API base URL ending in /v1 [env CONNECTOR_BASE_URL]."
+)
+_json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+
+
+@main.command()
+@_base_url_option
+@_json_option
+def tables(base_url: str | None, as_json: bool) -> None:
+    """List the tables the API key can read."""
+    import dataclasses
+    import json
+
+    from connector.workspace import Workspace
+
+    with Workspace(base_url) as ws:
+        found = ws.tables()
+    if as_json:
+        click.echo(json.dumps([dataclasses.asdict(t) for t in found], indent=2))
+        return
+    rows = [("ID", "NAME", "COLUMNS", "ROWS")]
+    rows += [(t.id, t.name, str(t.columns), str(t.rows)) for t in found]
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for r in rows:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + r[3])
+
+
+@main.command()
+@click.argument("table")
+@_base_url_option
+@_json_option
+def schema(table: str, base_url: str | None, as_json: bool) -> None:
+    """Show the columns of TABLE (a name or an id) and how they load."""
+    import json
+
+    from connector.workspace import Workspace
+
+    with Workspace(base_url) as ws:
+        found = ws.schema(table)
+    if as_json:
+        columns = [
+            {"name": c.name, "type": c.type, "required": c.required, "options": c.options}
+            for c in found.columns
+        ]
+        click.echo(json.dumps({"id": found.id, "name": found.name, "columns": columns}, indent=2))
+        return
+    click.echo(f"{found.name} ({found.id})")
+    width = max((len(c.name) for c in found.columns), default=0)
+    for c in found.columns:
+        extra = " required" if c.required else ""
+        if c.options is not None:
+            extra += " options: " + ", ".join(c.options)
+        click.echo(f"  {c.name.ljust(width)}  {c.type.ljust(8)} -> {c.pandas_dtype}{extra}")

@@ -1,0 +1,143 @@
+"""The notebook API: one workspace, its tables by name or id, read into typed DataFrames.
+
+    >>> ws = Workspace()                       # CONNECTOR_BASE_URL / CONNECTOR_API_KEY
+    >>> ws.tables()                            # [TableSummary(...), ...]
+    >>> ws.schema("Orders").columns            # (Column(...), ...)
+    >>> ws.read("Orders", filter={"Status": {"eq": "Open"}}, columns=["Status", "Total"])
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any, Self
+
+import pandas as pd
+
+from connector.api import DEFAULT_PAGE_SIZE, Client
+from connector.api.client import Filter
+from connector.api.models import TableSummary
+from connector.errors import ConfigError, NotFound, PermissionDenied
+from connector.extract import DEFAULT_CONCURRENCY, Extraction
+from connector.schema import Table
+
+__all__ = ["SkippedTableWarning", "Workspace"]
+
+
+class SkippedTableWarning(UserWarning):
+    """A table was left out of an all-tables read because the key may not read it."""
+
+
+class Workspace:
+    """The tables one API key can see. Pass `client` to share a configured `Client`."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        client: Client | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
+        concurrency: int = DEFAULT_CONCURRENCY,
+    ) -> None:
+        self._owns_client = client is None
+        self.client = client if client is not None else Client(base_url, api_key)
+        self.page_size = page_size
+        self.concurrency = concurrency
+
+    def __repr__(self) -> str:
+        return f"Workspace(base_url={self.client.base_url!r})"
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._owns_client:
+            self.client.close()
+
+    def tables(self) -> list[TableSummary]:
+        """Every table the key may read, with its column and row counts."""
+        return self.client.list_tables()
+
+    def schema(self, table: str) -> Table:
+        """The column definitions of a table, given by name or id."""
+        return self._resolve(table)
+
+    def extraction(
+        self, table: str, *, filter: Filter | None = None, columns: Sequence[str] | None = None
+    ) -> Extraction:
+        """A streamed read of a table (record batches), for tables too big for one frame."""
+        return Extraction(
+            self.client,
+            self._resolve(table),
+            filter=filter,
+            columns=columns,
+            page_size=self.page_size,
+            concurrency=self.concurrency,
+        )
+
+    def read(
+        self, table: str, *, filter: Filter | None = None, columns: Sequence[str] | None = None
+    ) -> pd.DataFrame:
+        """A table as a DataFrame typed from its schema; `filter` uses ``eq`` / ``gt``.
+
+        System columns lead as ``_id``, ``_created_at``, ``_updated_at``.
+        """
+        return self.extraction(table, filter=filter, columns=columns).to_pandas()
+
+    def read_all(self) -> dict[str, pd.DataFrame]:
+        """Every table by name; a table the key may not read is skipped with a warning."""
+        frames: dict[str, pd.DataFrame] = {}
+        for summary in self.tables():
+            try:
+                frames[summary.name] = self.read(summary.id)
+            except PermissionDenied as exc:
+                warnings.warn(
+                    f"skipped table {summary.name!r} ({summary.id}): {exc.message}",
+                    SkippedTableWarning,
+                    stacklevel=2,
+                )
+        return frames
+
+    def push(
+        self,
+        source: Any,
+        *,
+        table: str,
+        key: str | Sequence[str],
+        mode: str = "upsert",
+        dry_run: bool = False,
+        **options: Any,
+    ) -> Any:
+        """Makes `table` match `source` (a DataFrame or a CSV/Excel/Parquet path) by `key`.
+
+        See `connector.push.push`; this passes the workspace's client along.
+        """
+        from connector.push import push  # type: ignore[attr-defined]  # (lands with push)
+
+        return push(
+            self.client, source, table=table, key=key, mode=mode, dry_run=dry_run, **options
+        )
+
+    def _resolve(self, name_or_id: str) -> Table:
+        """A table by exact id, exact name, or a unique case-insensitive name."""
+        summaries = self.tables()
+        for match in (
+            [s for s in summaries if s.id == name_or_id],
+            [s for s in summaries if s.name == name_or_id],
+            [s for s in summaries if s.name.casefold() == name_or_id.casefold()],
+        ):
+            if len(match) == 1:
+                return self.client.get_table(match[0].id)
+            if len(match) > 1:
+                ids = ", ".join(s.id for s in match)
+                raise ConfigError(f"several tables are named {name_or_id!r} ({ids}); use an id")
+        if name_or_id.startswith("tbl_"):
+            return self.client.get_table(name_or_id)  # unlisted: the server says 403 or 404
+        names = ", ".join(repr(s.name) for s in summaries) or "none"
+        raise NotFound(
+            f"no table named {name_or_id!r} that this key can read; tables: {names}", status=404
+        )
