@@ -63,6 +63,10 @@ main.add_command(serve)
 main.add_command(server)
 main.add_command(keys)
 
+from connector.jobs.cli import sync  # noqa: E402
+
+main.add_command(sync)
+
 # --- tables, schema: what the workspace holds (owner: client) ------------------------------
 
 _base_url_option = click.option(
