@@ -78,10 +78,10 @@ def parse(table: TableDef, params: Mapping[str, str]) -> RowQuery:
     """Validate `limit`, `offset`, `sort`, `order` and `filter`; 400 naming the parameter."""
     limit = min(_natural(params, "limit", DEFAULT_LIMIT), MAX_LIMIT)
     offset = _natural(params, "offset", 0)
-    order = params.get("order", "asc").lower()
+    order = (params.get("order") or "asc").lower()
     if order not in ("asc", "desc"):
         raise bad_request(f"`order` must be 'asc' or 'desc', got {params['order']!r}", field="order")
-    sort = params.get("sort", "created_at")
+    sort = params.get("sort") or "created_at"
     return RowQuery(
         table_id=table.id,
         limit=limit,
