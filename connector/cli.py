@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -123,3 +124,88 @@ def schema(table: str, base_url: str | None, as_json: bool) -> None:
         if c.options is not None:
             extra += " options: " + ", ".join(c.options)
         click.echo(f"  {c.name.ljust(width)}  {c.type.ljust(8)} -> {c.pandas_dtype}{extra}")
+
+
+# --- push, apply: a spreadsheet or frame into a table (owner: push) -------------------------
+
+
+@main.command("push")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--table", required=True, help="Table name or id.")
+@click.option("--key", required=True, help="Key column(s), comma-separated; or 'id' (row id).")
+@click.option(
+    "--mode",
+    type=click.Choice(["insert", "update", "upsert", "mirror"]),
+    default="upsert",
+    show_default=True,
+    help="mirror = upsert, then delete table rows the source lacks.",
+)
+@click.option("--sheet", help="Excel sheet name (default: the first sheet).")
+@click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
+@click.option(
+    "--plan-out", type=click.Path(dir_okay=False, path_type=Path),
+    help="Save the plan as JSON for `connector apply`; write nothing now.",
+)
+@click.option(
+    "--max-delete-ratio", type=click.FloatRange(0, 1),
+    help="mirror: largest share of the table it may delete [default 0.2; 0 if the source is empty].",
+)
+@click.option("--allow-delete", type=click.IntRange(min=0), help="mirror: allow up to N deletes.")
+@click.option(
+    "--rejects", type=click.Path(dir_okay=False, path_type=Path),
+    help="CSV for rows the server rejects [default FILE.rejects.csv, only when there are any].",
+)
+@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True)
+@_base_url_option
+def push_command(
+    file: Path, table: str, key: str, mode: str, sheet: str | None, dry_run: bool,
+    plan_out: Path | None, max_delete_ratio: float | None, allow_delete: int | None,
+    rejects: Path | None, concurrency: int, base_url: str | None,
+) -> None:
+    """Make TABLE match FILE (CSV, .xlsx or Parquet) by --key: validate, plan, apply."""
+    from connector.api import Client
+    from connector.push import push
+    from connector.push.plan import check_delete_guard
+    from connector.push.report import describe_plan, describe_result
+
+    rejects = rejects or file.with_name(file.stem + ".rejects.csv")
+    with Client(base_url) as client:
+        result = push(
+            client, file, table=table, key=key, mode=mode, dry_run=dry_run, sheet=sheet,
+            max_delete_ratio=max_delete_ratio, allow_delete=allow_delete, plan_out=plan_out,
+            rejects=rejects, concurrency=concurrency,
+        )
+    if dry_run or plan_out is not None:
+        click.echo(describe_plan(result.plan))
+        check_delete_guard(result.plan, max_delete_ratio=max_delete_ratio, allow_delete=allow_delete)
+        if plan_out is not None:
+            click.echo(f"plan saved to {plan_out}; apply it with: connector apply {plan_out}")
+        return
+    _push_finish(result, rejects, describe_result(result))
+
+
+@main.command("apply")
+@click.argument("plan", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@click.option(
+    "--rejects", type=click.Path(dir_okay=False, path_type=Path),
+    help="CSV for rows the server rejects [default PLAN.rejects.csv, only when there are any].",
+)
+@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True)
+@_base_url_option
+def apply_command(plan: Path, rejects: Path | None, concurrency: int, base_url: str | None) -> None:
+    """Apply a plan saved by `push --plan-out`; refuses if the rows it touches changed since."""
+    from connector.api import Client
+    from connector.push import apply
+    from connector.push.report import describe_result
+
+    rejects = rejects or plan.with_name(plan.stem + ".rejects.csv")
+    with Client(base_url) as client:
+        result = apply(client, plan, rejects=rejects, concurrency=concurrency)
+    _push_finish(result, rejects, describe_result(result))
+
+
+def _push_finish(result: Any, rejects: Path, summary: str) -> None:
+    click.echo(summary)
+    if result.rejected:
+        click.secho(f"{len(result.rejected)} row(s) rejected; written to {rejects}", fg="yellow", err=True)
+        sys.exit(EXIT_PARTIAL)

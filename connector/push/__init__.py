@@ -1,0 +1,206 @@
+"""Push a spreadsheet or DataFrame into a table: read, validate, plan, apply.
+
+    source (CSV / xlsx / Parquet / DataFrame)
+      -> validate   every problem at once, before any write (`ValidationReport`)
+      -> plan       diff against the live table by key (`Plan`, JSON-serialisable)
+      -> apply      bulk creates, PATCHes of changed cells, bulk deletes (`PushResult`)
+
+`push` does it all in one call; `apply` applies a plan saved earlier, after checking that the
+rows it touches have not changed since.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Coroutine, Sequence
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import pandas as pd
+
+from connector.api import AsyncClient, Client
+from connector.errors import ConfigError
+from connector.progress import progress as progress_bar
+from connector.push.apply import (
+    DEFAULT_CONCURRENCY,
+    PushResult,
+    Rejected,
+    apply_plan,
+    write_rejects,
+)
+from connector.push.live import read_live_async
+from connector.push.plan import (
+    MODES,
+    Counts,
+    DeleteGuard,
+    Mode,
+    Plan,
+    PlanError,
+    check_current,
+    check_delete_guard,
+    make_plan,
+)
+from connector.push.source import Source, SourceError, read_source
+from connector.push.validate import Key, Problem, ValidationReport, validate
+from connector.schema import Table
+
+__all__ = [
+    "MODES",
+    "Counts",
+    "DeleteGuard",
+    "Mode",
+    "Plan",
+    "PlanError",
+    "Problem",
+    "PushResult",
+    "Rejected",
+    "SourceError",
+    "ValidationReport",
+    "apply",
+    "push",
+]
+
+T = TypeVar("T")
+
+
+def push(
+    client: Client,
+    source: str | Path | pd.DataFrame,
+    *,
+    table: str | Table,
+    key: str | Sequence[str],
+    mode: str = "upsert",
+    dry_run: bool = False,
+    sheet: str | None = None,
+    max_delete_ratio: float | None = None,
+    allow_delete: int | None = None,
+    plan_out: str | Path | None = None,
+    rejects: str | Path | None = None,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    progress: bool | None = None,
+) -> PushResult:
+    """Make `table` match `source` on `key` (columns, or ``"id"``), and report what was done.
+
+    `mode` is ``insert``, ``update``, ``upsert`` or ``mirror`` (upsert, then delete the rows
+    the source lacks). Nothing is written when the source is invalid (`ValidationReport`), when a mirror would
+    delete more than allowed (`DeleteGuard`), on a `dry_run`, or when the plan is saved to
+    `plan_out` for `connector apply`. Rows the server rejects are reported in the result and,
+    given `rejects`, written there as CSV. `progress` shows a bar (default: on a terminal).
+    """
+    if mode not in MODES:
+        raise ConfigError(f"--mode {mode!r}: choose one of {', '.join(MODES)}")
+    return _run(_push(
+        client, source, table=table, key=key, mode=mode, dry_run=dry_run, sheet=sheet,
+        max_delete_ratio=max_delete_ratio, allow_delete=allow_delete, plan_out=plan_out,
+        rejects=rejects, concurrency=concurrency, progress=progress,
+    ))
+
+
+def apply(
+    client: Client,
+    plan: Plan | str | Path,
+    *,
+    rejects: str | Path | None = None,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    progress: bool | None = None,
+) -> PushResult:
+    """Apply a saved plan; `PlanError` (nothing written) if the rows it touches changed since."""
+    if not isinstance(plan, Plan):
+        path = Path(plan)
+        try:
+            plan = Plan.from_json(path.read_bytes())
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read the plan ({exc.strerror})") from None
+    return _run(_apply_saved(client, plan, rejects, concurrency, progress))
+
+
+async def _push(
+    client: Client,
+    source: str | Path | pd.DataFrame,
+    *,
+    table: str | Table,
+    key: str | Sequence[str],
+    mode: str,
+    dry_run: bool,
+    sheet: str | None,
+    max_delete_ratio: float | None,
+    allow_delete: int | None,
+    plan_out: str | Path | None,
+    rejects: str | Path | None,
+    concurrency: int,
+    progress: bool | None,
+) -> PushResult:
+    async with client.async_twin() as aclient:
+        schema = table if isinstance(table, Table) else await _resolve(aclient, table)
+        parsed = Key.parse(key, schema)
+        data: Source = read_source(source, sheet=sheet)
+        prepared = validate(data, schema, parsed, mode=mode)
+        live = await read_live_async(client, schema)
+        plan = make_plan(prepared, live, cast(Mode, mode))
+        if dry_run:
+            return PushResult(plan, dry_run=True)
+        check_delete_guard(plan, max_delete_ratio=max_delete_ratio, allow_delete=allow_delete)
+        if plan_out is not None:
+            _write_plan(Path(plan_out), plan)
+            return PushResult(plan, dry_run=True)
+        return await _apply(client, aclient, plan, rejects, concurrency, progress)
+
+
+async def _apply_saved(
+    client: Client, plan: Plan, rejects: str | Path | None, concurrency: int,
+    progress: bool | None,
+) -> PushResult:
+    async with client.async_twin() as aclient:
+        current = await aclient.get_table(plan.table.id)
+        live = await read_live_async(client, current)
+        check_current(plan, live)
+        return await _apply(client, aclient, plan, rejects, concurrency, progress)
+
+
+async def _apply(
+    client: Client, aclient: AsyncClient, plan: Plan, rejects: str | Path | None,
+    concurrency: int, progress: bool | None,
+) -> PushResult:
+    if concurrency < 1:
+        raise ConfigError(f"concurrency must be at least 1, not {concurrency}")
+    if plan.is_empty:
+        return PushResult(plan)
+    with progress_bar(f"push {plan.table.name}", plan.requests, enabled=progress) as bar:
+        result = await apply_plan(client, aclient, plan, concurrency=concurrency, bar=bar)
+    if rejects is not None and result.rejected:
+        write_rejects(rejects, result.rejected, plan.table.column_names)
+    return result
+
+
+async def _resolve(client: AsyncClient, name_or_id: str) -> Table:
+    """A table by id, exact name, or unique case-insensitive name (as `Workspace` finds it)."""
+    tables = await client.list_tables()
+    for match in (
+        [s for s in tables if s.id == name_or_id],
+        [s for s in tables if s.name == name_or_id],
+        [s for s in tables if s.name.casefold() == name_or_id.casefold()],
+    ):
+        if len(match) == 1:
+            return await client.get_table(match[0].id)
+        if len(match) > 1:
+            ids = ", ".join(s.id for s in match)
+            raise ConfigError(f"--table: several tables are named {name_or_id!r} ({ids}); use an id")
+    names = ", ".join(repr(t.name) for t in tables) or "none"
+    raise ConfigError(f"--table {name_or_id!r}: no such table (tables this key can read: {names})")
+
+
+def _write_plan(path: Path, plan: Plan) -> None:
+    aside = path.with_name(path.name + ".partial")
+    aside.write_bytes(plan.to_json())
+    aside.replace(path)
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run `coro` to completion, also from code already inside an event loop (notebooks)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()

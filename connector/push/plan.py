@@ -9,7 +9,7 @@ later (`connector apply`) can refuse when those rows changed in between.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, cast
 
@@ -17,24 +17,25 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from connector.api.models import Row
 from connector.errors import ConfigError, ConnectorError
 from connector.push.coerce import coerce_column, same_values, wire_values
+from connector.push.live import Live
 from connector.push.validate import Key, Prepared, Problem, ValidationReport
 from connector.schema import Column, Table
 
 __all__ = [
     "MODES",
+    "Counts",
     "Create",
     "Delete",
     "DeleteGuard",
-    "Live",
     "Mode",
     "Plan",
     "PlanError",
     "Update",
+    "canonical_keys",
+    "check_current",
     "check_delete_guard",
-    "live_frame",
     "make_plan",
 ]
 
@@ -84,12 +85,14 @@ class Delete:
 
 
 @dataclass(frozen=True)
-class Live:
-    """The table as read just now: row ids, timestamps and canonical cells, one frame row each."""
+class Counts:
+    """Rows by what happens to them (planned, or done)."""
 
-    table: Table
-    #: Columns: the system id and updated_at names (`Table.system_names`), then user columns.
-    frame: pd.DataFrame
+    created: int = 0
+    updated: int = 0
+    deleted: int = 0
+    unchanged: int = 0
+    rejected: int = 0
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,10 @@ class Plan:
             + len(self.updates)
             + math.ceil(len(self.deletes) / BULK_ROWS)
         )
+
+    @property
+    def counts(self) -> Counts:
+        return Counts(len(self.creates), len(self.updates), len(self.deletes), self.unchanged)
 
     @property
     def is_empty(self) -> bool:
@@ -165,20 +172,6 @@ class Plan:
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(f"not a push plan file: {exc}") from None
-
-
-def live_frame(table: Table, rows: Iterable[Row]) -> Live:
-    """The canonical frame of `rows` as the API returned them (a re-read, or a page stream)."""
-    rows = list(rows)
-    system = table.system_names()
-    data: dict[str, Any] = {
-        system["id"]: pd.Series([r.id for r in rows], dtype="string"),
-        system["updated_at"]: pd.Series([r.updated_at for r in rows], dtype="string"),
-    }
-    for col in table.columns:
-        cells = pd.Series([r.fields.get(col.name) for r in rows], dtype=object)
-        data[col.name] = coerce_column(cells, col).values
-    return Live(table, pd.DataFrame(data, index=pd.RangeIndex(len(rows))))
 
 
 def make_plan(prepared: Prepared, live: Live, mode: Mode = "upsert") -> Plan:
@@ -357,10 +350,51 @@ def _deletes(
 
 
 def canonical_keys(table: Table, key: Key, records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    """Canonical key cells of JSON records (plan creates, re-read rows), for matching by key."""
-    data = {
-        k: coerce_column(pd.Series([r.get(k) for r in records], dtype=object), table.column(k)).values
-        if not key.by_id else pd.Series([r.get(k) for r in records], dtype="string")
-        for k in key.columns
-    }
+    """Canonical key cells of JSON records (a plan's creates), to match against a live read."""
+    data = {}
+    for name in key.columns:
+        cells = pd.Series([r.get(name) for r in records], dtype=object)
+        data[name] = (
+            cells.astype("string") if key.by_id else coerce_column(cells, table.column(name)).values
+        )
     return pd.DataFrame(data, index=pd.RangeIndex(len(records)))
+
+
+def check_current(plan: Plan, live: Live) -> None:
+    """Refuse a saved plan when the rows it touches changed since it was made.
+
+    Updated or deleted rows must still exist with the ``updated_at`` the plan saw; keys the
+    plan creates must still be absent; the table's columns must be the same.
+    """
+    if live.table.columns != plan.table.columns:
+        raise PlanError(
+            f"the columns of table {plan.table.name!r} changed since the plan was made; "
+            "make a new plan with `connector push`"
+        )
+    system = live.table.system_names()
+    stamps = dict(zip(
+        live.frame[system["id"]].tolist(), live.frame[system["updated_at"]].tolist(), strict=True
+    ))
+    touched: list[tuple[str, str | None, str]] = [
+        *((u.id, u.updated_at, f"{u.id} (row {u.row})") for u in plan.updates),
+        *((d.id, d.updated_at, d.id) for d in plan.deletes),
+    ]
+    changed = [
+        label for row_id, stamp, label in touched
+        if row_id not in stamps or (stamp is not None and stamps[row_id] != stamp)
+    ]
+    if plan.creates:
+        wanted = canonical_keys(plan.table, plan.key, [c.fields for c in plan.creates])
+        present = set(zip(*(live.frame[k].tolist() for k in plan.key.columns), strict=True))
+        rows = zip(*(wanted[k].tolist() for k in plan.key.columns), strict=True)
+        changed += [
+            f"key {k if len(k) > 1 else k[0]!r} (row {c.row}) now exists"
+            for c, k in zip(plan.creates, rows, strict=True)
+            if k in present
+        ]
+    if changed:
+        shown = ", ".join(changed[:10]) + (f" and {len(changed) - 10} more" if len(changed) > 10 else "")
+        raise PlanError(
+            f"{len(changed)} row(s) of table {plan.table.name!r} changed since the plan was made "
+            f"({shown}); nothing was written. Make a new plan with `connector push`"
+        )

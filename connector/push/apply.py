@@ -1,0 +1,250 @@
+"""Send a plan's writes with the fewest requests, and never create a row twice.
+
+Creates go in bulk requests of at most 100 rows, updates as PATCHes of only the changed
+cells, deletes in bulk requests of at most 100 ids — concurrently, at most `concurrency`
+requests in flight, all paced by the client's shared adaptive rate limiter.
+
+Two failures need care:
+
+* A bulk create that fails *ambiguously* (a 5xx, a timeout, a dropped connection) may have
+  been committed. It is never retried blindly: the table is re-read, and only the rows whose
+  key is still missing are sent again.
+* A bulk create rejected with ``VALIDATION_ERROR`` (all or nothing) is split in halves until
+  the bad rows are alone: the good rows go in, the bad ones are reported as `Rejected`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import time
+from collections.abc import Awaitable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from connector.api import MAX_BULK_ROWS, AsyncClient, Client
+from connector.errors import ApiValidationError, NotFound, ServerError, TransportError
+from connector.progress import Progress
+from connector.push.live import Live, read_live_async
+from connector.push.plan import Counts, Create, Plan, Update, canonical_keys
+
+__all__ = ["DEFAULT_CONCURRENCY", "PushResult", "Rejected", "apply_plan", "write_rejects"]
+
+#: Write requests in flight at once.
+DEFAULT_CONCURRENCY = 8
+#: Re-reads after ambiguous failures of one batch before giving up (a rerun converges).
+MAX_RECOVERIES = 5
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A row the server refused: where it came from, which column, and why."""
+
+    row: int | None
+    id: str | None
+    column: str | None
+    message: str
+    fields: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """What a push planned and what it did. A dry run did nothing: all counts are zero."""
+
+    plan: Plan
+    created: int = 0
+    updated: int = 0
+    deleted: int = 0
+    rejected: tuple[Rejected, ...] = ()
+    #: Write requests sent, including the extra ones failures needed (bisects, re-sends).
+    requests: int = 0
+    #: Reads of the whole table made to resolve ambiguous failures.
+    rereads: int = 0
+    seconds: float = 0.0
+    dry_run: bool = False
+
+    @property
+    def applied(self) -> Counts:
+        """What was done (all zero for a dry run)."""
+        return Counts(
+            self.created, self.updated, self.deleted,
+            0 if self.dry_run else self.plan.unchanged, len(self.rejected),
+        )
+
+    def summary(self) -> str:
+        return (
+            f"created {self.created}, updated {self.updated}, deleted {self.deleted}, "
+            f"rejected {len(self.rejected)}, requests {self.requests}, {self.seconds:.2f} s"
+        )
+
+
+async def apply_plan(
+    client: Client,
+    aclient: AsyncClient,
+    plan: Plan,
+    *,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    bar: Progress | None = None,
+) -> PushResult:
+    """Send `plan`'s writes (creates, then updates, then deletes) and count what happened.
+
+    `client` reads the table when a failure must be resolved; `aclient` sends the writes.
+    """
+    run = _Run(client, aclient, plan, asyncio.Semaphore(concurrency), bar)
+    started = time.perf_counter()
+    creates = list(plan.creates)
+    ids = [d.id for d in plan.deletes]
+    async with asyncio.TaskGroup() as group:
+        for batch in _chunks(creates, MAX_BULK_ROWS):
+            group.create_task(run.create(batch))
+    async with asyncio.TaskGroup() as group:
+        for update in plan.updates:
+            group.create_task(run.update(update))
+    async with asyncio.TaskGroup() as group:
+        for chunk in _chunks(ids, MAX_BULK_ROWS):
+            group.create_task(run.delete(chunk))
+    return PushResult(
+        plan=plan,
+        created=run.created,
+        updated=run.updated,
+        deleted=run.deleted,
+        rejected=tuple(sorted(run.rejected, key=lambda r: (r.row or 0, r.id or ""))),
+        requests=run.requests,
+        rereads=run.rereads,
+        seconds=time.perf_counter() - started,
+    )
+
+
+class _Run:
+    """The state of one apply: counts, rejects, and the in-flight bound."""
+
+    def __init__(
+        self,
+        client: Client,
+        aclient: AsyncClient,
+        plan: Plan,
+        slots: asyncio.Semaphore,
+        bar: Progress | None,
+    ) -> None:
+        self.client = client
+        self.aclient = aclient
+        self.plan = plan
+        self.table_id = plan.table.id
+        self.slots = slots
+        self.bar = bar
+        self.created = self.updated = self.deleted = self.requests = self.rereads = 0
+        self.rejected: list[Rejected] = []
+
+    async def send(self, request: Awaitable[T]) -> T:
+        async with self.slots:
+            self.requests += 1
+            try:
+                return await request
+            finally:
+                if self.bar is not None:
+                    self.bar.update(1)
+
+    async def create(self, batch: list[Create]) -> None:
+        for attempt in range(MAX_RECOVERIES + 1):
+            try:
+                await self.send(self.aclient.create_rows(self.table_id, [c.fields for c in batch]))
+            except ApiValidationError as exc:
+                await self._bisect(batch, exc)
+                return
+            except (ServerError, TransportError):
+                if attempt == MAX_RECOVERIES:
+                    raise
+                batch = await self._still_missing(batch)
+                if not batch:
+                    return
+                continue
+            self.created += len(batch)
+            return
+
+    async def _bisect(self, batch: list[Create], exc: ApiValidationError) -> None:
+        if len(batch) == 1:
+            self._reject(batch[0].row, None, batch[0].fields, exc)
+            return
+        middle = len(batch) // 2
+        await asyncio.gather(self.create(batch[:middle]), self.create(batch[middle:]))
+
+    async def _still_missing(self, batch: list[Create]) -> list[Create]:
+        """Re-read the table; count the batch's rows that made it, return the others."""
+        live = await self._reread()
+        present = _key_set(live, self.plan.key.columns)
+        wanted = canonical_keys(self.plan.table, self.plan.key, [c.fields for c in batch])
+        found = [k in present for k in _tuples(wanted)]
+        self.created += sum(found)
+        return [c for c, there in zip(batch, found, strict=True) if not there]
+
+    async def update(self, update: Update) -> None:
+        try:
+            await self.send(self.aclient.update_row(self.table_id, update.id, update.fields))
+        except ApiValidationError as exc:
+            self._reject(update.row, update.id, update.fields, exc)
+            return
+        except NotFound:
+            self._reject(update.row, update.id, update.fields, "the row was deleted meanwhile")
+            return
+        self.updated += 1
+
+    async def delete(self, ids: list[str]) -> None:
+        for attempt in range(MAX_RECOVERIES + 1):
+            try:
+                await self.send(self.aclient.delete_rows(self.table_id, ids))
+            except NotFound:
+                # All or nothing: some id is gone already (an unanswered earlier try, or
+                # someone else). Delete the ones still there.
+                if attempt == MAX_RECOVERIES:
+                    raise
+                live = await self._reread()
+                existing = set(live.frame[live.table.system_names()["id"]].tolist())
+                remaining = [i for i in ids if i in existing]
+                self.deleted += len(ids) - len(remaining)
+                ids = remaining
+                if not ids:
+                    return
+                continue
+            self.deleted += len(ids)
+            return
+
+    async def _reread(self) -> Live:
+        self.rereads += 1
+        return await read_live_async(self.client, self.plan.table)
+
+    def _reject(
+        self, row: int | None, row_id: str | None, fields: dict[str, Any],
+        reason: ApiValidationError | str,
+    ) -> None:
+        column = reason.field if isinstance(reason, ApiValidationError) else None
+        message = reason.message if isinstance(reason, ApiValidationError) else reason
+        self.rejected.append(Rejected(row, row_id, column, message, dict(fields)))
+
+
+def write_rejects(path: str | Path, rejected: Sequence[Rejected], columns: Sequence[str]) -> None:
+    """Rejected rows as CSV (UTF-8): source row, row id, column at fault, error, then cells."""
+    target = Path(path)
+    aside = target.with_name(target.name + ".partial")
+    with aside.open("w", newline="", encoding="utf-8") as out:
+        writer = csv.writer(out)
+        writer.writerow(["row", "id", "column", "error", *columns])
+        for r in rejected:
+            cells = ["" if r.fields.get(c) is None else r.fields[c] for c in columns]
+            writer.writerow([r.row or "", r.id or "", r.column or "", r.message, *cells])
+    aside.replace(target)
+
+
+def _key_set(live: Live, key: Sequence[str]) -> set[tuple[Any, ...]]:
+    return set(_tuples(live.frame[list(key)]))
+
+
+def _tuples(frame: Any) -> Iterable[tuple[Any, ...]]:
+    return zip(*(frame[c].tolist() for c in frame.columns), strict=True)
+
+
+def _chunks(items: list[T], size: int) -> Iterable[list[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

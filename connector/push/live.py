@@ -1,0 +1,69 @@
+"""The table as it is right now, in the canonical form the diff compares against.
+
+A push never trusts a stored snapshot: it reads the live table (with `connector.extract`,
+which repairs offset shifts when others write during the read) just before planning, again
+before applying a saved plan, and again to find out what an ambiguous bulk create did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import pandas as pd
+import pyarrow as pa
+
+from connector.api import MAX_PAGE_SIZE, Client
+from connector.extract import Extraction
+from connector.push.coerce import canonical_dtype
+from connector.schema import Table
+
+__all__ = ["Live", "read_live", "read_live_async"]
+
+#: Pages in flight while reading the live table.
+READ_CONCURRENCY = 4
+
+
+@dataclass(frozen=True)
+class Live:
+    """Row ids, ``updated_at`` stamps and canonical cells of a table, one frame row per row."""
+
+    table: Table
+    #: Columns: the system id and updated_at names (`Table.system_names`), then user columns.
+    frame: pd.DataFrame
+
+    @classmethod
+    def from_arrow(cls, table: Table, data: pa.Table) -> Live:
+        """Canonical columns straight from the extraction's Arrow types (no per-cell work)."""
+        system = table.system_names()
+        frame: dict[str, pd.Series] = {
+            system["id"]: _string(data.column(system["id"])),
+            system["updated_at"]: _string(data.column(system["updated_at"])),
+        }
+        for col in table.columns:
+            values = data.column(col.name)
+            dtype = canonical_dtype(col)
+            if dtype == "string":
+                frame[col.name] = _string(values)
+            else:
+                frame[col.name] = pd.Series(values.to_pylist(), dtype=dtype)
+        return cls(table, pd.DataFrame(frame, index=pd.RangeIndex(data.num_rows)))
+
+
+def read_live(client: Client, table: Table) -> Live:
+    """Read every row of `table` now (pages of the API's maximum size, a few in flight)."""
+    extraction = Extraction(
+        client, table, page_size=MAX_PAGE_SIZE, concurrency=READ_CONCURRENCY
+    )
+    return Live.from_arrow(table, extraction.to_arrow())
+
+
+async def read_live_async(client: Client, table: Table) -> Live:
+    """`read_live` from async code, without blocking the event loop."""
+    return await asyncio.to_thread(read_live, client, table)
+
+
+def _string(values: pa.ChunkedArray) -> pd.Series:
+    if pa.types.is_dictionary(values.type) or not pa.types.is_string(values.type):
+        values = values.cast(pa.string())
+    return pd.Series(values.to_pylist(), dtype="string")
