@@ -68,6 +68,11 @@ from connector.jobs.cli import sync  # noqa: E402
 
 main.add_command(sync)
 
+from connector.load.cli import export, load  # noqa: E402
+
+main.add_command(export)
+main.add_command(load)
+
 # --- tables, schema: what the workspace holds (owner: client) ------------------------------
 
 _base_url_option = click.option(

@@ -29,7 +29,7 @@ from connector.load.csv import plain_schema
 from connector.load.parquet import conform
 from connector.schema import Table, arrow_schema
 
-__all__ = ["MODES", "Mode", "delete_ids", "load_table", "sql_table"]
+__all__ = ["MODES", "Mode", "connect", "delete_ids", "load_table", "sql_table"]
 
 Mode = Literal["replace", "append", "merge"]
 MODES: tuple[str, ...] = get_args(Mode)
@@ -61,7 +61,7 @@ def load_table(
     first = next(stream, None)
     schema = first.schema if first is not None else arrow_schema(table)
     everything = _chain(first, stream)
-    with _engine(engine_or_url) as engine, _failures(engine, name):
+    with _engine(engine_or_url) as engine, _failures(engine, f"loading table {name!r}"):
         if mode == "merge" and engine.dialect.name not in ("postgresql", "sqlite"):
             raise ConfigError(f"merge is supported on PostgreSQL and SQLite, not {engine.dialect.name}")
         with _transaction(engine) as conn:
@@ -83,7 +83,11 @@ def delete_ids(
     """Delete the rows with these row ids from the SQL table (a missing table has none)."""
     name = name or table.name
     target = sql_table(table, arrow_schema(table, columns=[]), name)
-    with _engine(engine_or_url) as engine, _failures(engine, name), _transaction(engine) as conn:
+    with (
+        _engine(engine_or_url) as engine,
+        _failures(engine, f"deleting rows of table {name!r}"),
+        _transaction(engine) as conn,
+    ):
         if not sa.inspect(conn).has_table(name):
             return 0
         return _delete(conn, target, ids)
@@ -211,24 +215,43 @@ def _add_missing_columns(conn: sa.Connection, target: sa.Table) -> None:
             )
 
 
-@contextlib.contextmanager
-def _engine(engine_or_url: sa.Engine | str) -> Iterator[sa.Engine]:
-    """The engine given, or one made from a URL (psycopg for PostgreSQL) and disposed after."""
-    if isinstance(engine_or_url, sa.Engine):
-        yield engine_or_url
-        return
+def connect(url: str) -> sa.Engine:
+    """An engine for `url`, checked by connecting once: fail before any table is read.
+
+    A bad URL is a ConfigError; an unreachable database a DestinationError. Dispose it after.
+    """
+    engine = _create_engine(url)
     try:
-        url = sa.make_url(engine_or_url)
-        if url.drivername == "postgresql":
-            url = url.set(drivername="postgresql+psycopg")
-        engine = sa.create_engine(url)
+        with _failures(engine, "connecting"), engine.connect():
+            pass
+    except DestinationError:
+        engine.dispose()
+        raise
+    return engine
+
+
+def _create_engine(url: str) -> sa.Engine:
+    """psycopg (3) for plain ``postgresql://`` URLs; errors never echo the URL (passwords)."""
+    try:
+        parsed = sa.make_url(url)
+        if parsed.drivername == "postgresql":
+            parsed = parsed.set(drivername="postgresql+psycopg")
+        return sa.create_engine(parsed)
     except (sa.exc.ArgumentError, ImportError) as exc:
-        # The URL may hold a password: name only its scheme.
-        scheme = str(engine_or_url).partition(":")[0]
+        scheme = str(url).partition(":")[0]
         raise ConfigError(
             f"cannot use database URL with scheme {scheme!r}: {type(exc).__name__}; "
             "expected e.g. sqlite:///out.db or postgresql://user@host/db"
         ) from None
+
+
+@contextlib.contextmanager
+def _engine(engine_or_url: sa.Engine | str) -> Iterator[sa.Engine]:
+    """The engine given, or one made from a URL and disposed after."""
+    if isinstance(engine_or_url, sa.Engine):
+        yield engine_or_url
+        return
+    engine = _create_engine(engine_or_url)
     try:
         yield engine
     finally:
@@ -246,14 +269,14 @@ def _transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
 
 
 @contextlib.contextmanager
-def _failures(engine: sa.Engine, name: str) -> Iterator[None]:
-    """Database errors become a DestinationError naming the table and the (password-free) URL."""
+def _failures(engine: sa.Engine, doing: str) -> Iterator[None]:
+    """Database errors become a DestinationError saying what failed, and where (no password)."""
     try:
         yield
     except sa.exc.SQLAlchemyError as exc:
         reason = getattr(exc, "orig", None) or exc
         where = engine.url.render_as_string(hide_password=True)
-        raise DestinationError(f"loading table {name!r} into {where} failed: {reason}") from exc
+        raise DestinationError(f"{doing} ({where}) failed: {reason}") from exc
 
 
 def _chain(first: pa.RecordBatch | None, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -5,7 +5,11 @@ Shared by the load tests (and the subprocesses they kill), so expectations are w
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -51,6 +55,8 @@ ROWS: list[dict[str, Any]] = [
 
 SCHEMA = arrow_schema(TABLE)
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
     """Rows as one Arrow batch with the table's schema (what extraction yields)."""
@@ -72,35 +78,31 @@ def batches(rows: list[dict[str, Any]], size: int = 100) -> Iterator[pa.RecordBa
         yield batch(rows[start : start + size])
 
 
-def kill_midway(code: str, *args: str, timeout: float = 60.0) -> None:
-    """Run `code` in a fresh Python, wait until it prints READY, then SIGKILL it.
+def kill_when(argv: list[str], ready: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Run `argv` (from the repo root), SIGKILL it as soon as `ready()` is true.
 
-    The code must print READY (flushed) once it is in the middle of the write under test.
+    Fails if the process ends by itself first, or `ready()` never comes true.
     """
-    import os
-    import signal
-    import subprocess
-    import sys
-
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).resolve().parents[2],  # the repo root, so `tests` imports
-    )
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
+    deadline = time.monotonic() + timeout
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if line.strip() != "READY":
-            proc.kill()
-            _, err = proc.communicate(timeout=timeout)
-            raise AssertionError(f"writer did not get ready: {line!r} {err[-2000:]}")
-        os.kill(proc.pid, signal.SIGKILL)
+        while not ready():
+            if proc.poll() is not None:
+                output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+                raise AssertionError(f"finished before it could be killed:\n{output[-3000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError("never got to the point where it should be killed")
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
     finally:
+        if proc.poll() is None and proc.returncode is None:
+            proc.kill()
         proc.wait(timeout=timeout)
         if proc.stdout:
             proc.stdout.close()
-        if proc.stderr:
-            proc.stderr.close()
     assert proc.returncode == -signal.SIGKILL
+
+
+def kill_midway(code: str, *args: str, marker: Path) -> None:
+    """Run Python `code` with `args`; it creates `marker` mid-write, and is killed then."""
+    kill_when([sys.executable, "-c", code, *args, str(marker)], marker.exists)

@@ -31,7 +31,7 @@ EXTRACTED = datetime(2026, 11, 22, 6, 0, tzinfo=UTC)
 
 @pytest.fixture
 def exported(tmp_path: Path) -> Path:
-    path = tmp_path / "orders.parquet"
+    path = tmp_path / "out" / "orders.parquet"
     assert write_parquet(batches(ROWS, size=2), SCHEMA, path, extracted_at=EXTRACTED) == len(ROWS)
     return path
 
@@ -164,14 +164,14 @@ def test_failed_export_leaves_the_previous_file_untouched(exported: Path) -> Non
 
 
 KILLED_EXPORT = """
-import sys, time
+import pathlib, sys, time
 from connector.load.parquet import write_parquet
 from tests.load.samples import SCHEMA, batches, numbered
 
 def slow():
     for i, b in enumerate(batches(numbered(100_000), size=1000)):
         if i == 70:  # past the first row group: bytes are already in the temp file
-            print("READY", flush=True)
+            pathlib.Path(sys.argv[2]).touch()
             time.sleep(60)
         yield b
 
@@ -181,7 +181,7 @@ write_parquet(slow(), SCHEMA, sys.argv[1])
 
 def test_killed_export_leaves_the_previous_file_and_a_rerun_works(exported: Path) -> None:
     before = exported.read_bytes()
-    kill_midway(KILLED_EXPORT, str(exported))
+    kill_midway(KILLED_EXPORT, str(exported), marker=exported.parent.parent / 'ready')
     assert exported.read_bytes() == before
     partial = [p for p in exported.parent.iterdir() if p != exported]
     assert len(partial) == 1 and partial[0].stat().st_size > 0  # the killed write's leftover

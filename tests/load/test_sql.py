@@ -212,14 +212,14 @@ def test_readers_never_see_a_partial_or_empty_table_during_replace(
 
 
 KILLED_LOAD = """
-import sys, time
+import pathlib, sys, time
 from connector.load.sql import load_table
 from tests.load.samples import TABLE, batches, numbered
 
 def slow():
     for i, b in enumerate(batches(numbered(5000, name="new"))):
         if i == 20:
-            print("READY", flush=True)
+            pathlib.Path(sys.argv[2]).touch()
             time.sleep(60)
         yield b
 
@@ -228,10 +228,10 @@ load_table(slow(), TABLE, sys.argv[1])
 
 
 def test_killed_replace_leaves_the_previous_table_and_a_rerun_works(
-    url: str, engine: sa.Engine
+    url: str, engine: sa.Engine, tmp_path: Path
 ) -> None:
     load_table(batches(ROWS), TABLE, url)
-    kill_midway(KILLED_LOAD, url)
+    kill_midway(KILLED_LOAD, url, marker=tmp_path / 'ready')
     assert rows_of(engine) == ROWS
     assert tables_in(engine) == ["orders"]
     assert load_table(batches(numbered(300)), TABLE, url) == 300
