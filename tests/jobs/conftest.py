@@ -1,0 +1,87 @@
+"""Shared pieces for job tests: a small typed table on a real server, and job files for it."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from connector.jobs.config import load_job
+from connector.jobs.runner import RunSummary, run_job
+from tests.fixtures.server import RunningServer
+
+PEOPLE = {
+    "name": "People",
+    "columns": [
+        {"name": "Name", "type": "text", "required": True},
+        {"name": "Team", "type": "choice", "options": ["Red", "Blue"]},
+        {"name": "Score", "type": "number"},
+        {"name": "Active", "type": "checkbox"},
+        {"name": "Joined", "type": "date"},
+    ],
+}
+NOTES = {"name": "Notes", "columns": [{"name": "Text", "type": "text"}]}
+
+
+def person(i: int, team: str = "Red") -> dict[str, Any]:
+    return {
+        "Name": f"P{i:03d}",
+        "Team": team,
+        "Score": float(i),
+        "Active": i % 2 == 0,
+        "Joined": "2024-01-02",
+    }
+
+
+@dataclass
+class Workspace:
+    """A running server with People (and Notes) tables, and a way to run job files on it."""
+
+    server: RunningServer
+    directory: Path
+    people: str
+    notes: str
+
+    @property
+    def environ(self) -> dict[str, str]:
+        return {"CONNECTOR_BASE_URL": self.server.base_url, "JOB_KEY": self.server.api_key}
+
+    def job(self, body: str, name: str = "job") -> Path:
+        path = self.directory / f"{name}.toml"
+        header = '[source]\napi_key_env = "JOB_KEY"\npage_size = 50\n'
+        path.write_text(header + textwrap.dedent(body))
+        return path
+
+    def run(self, path: Path, **options: Any) -> RunSummary:
+        return run_job(load_job(path), environ=self.environ, **options)
+
+    def api(self, method: str, path: str, **kwargs: Any) -> Any:
+        with self.server.client() as http:
+            response = http.request(method, path, **kwargs)
+            response.raise_for_status()
+            return response.json() if response.content else None
+
+
+MakeWorkspace = Callable[..., Workspace]
+
+
+@pytest.fixture
+def make_workspace(server_factory: Callable[..., RunningServer], tmp_path: Path) -> MakeWorkspace:
+    def make(people: int = 10, **server_options: Any) -> Workspace:
+        server = server_factory(**server_options)
+        people_id = server.create_table(PEOPLE)
+        notes_id = server.create_table(NOTES)
+        server.insert_rows(people_id, [person(i) for i in range(people)])
+        server.insert_rows(notes_id, [{"Text": "hello"}, {"Text": "world"}])
+        return Workspace(server, tmp_path, people_id, notes_id)
+
+    return make
+
+
+@pytest.fixture
+def workspace(make_workspace: MakeWorkspace) -> Workspace:
+    return make_workspace()

@@ -1,0 +1,300 @@
+"""`sync` against a real reference server, into Parquet, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import sqlalchemy as sa
+
+from connector.errors import ConfigError
+from connector.jobs.config import load_job
+from connector.jobs.runner import RunSummary, TableResult, run_job
+from connector.jobs.state import load_state
+from tests.jobs.conftest import MakeWorkspace, Workspace, person
+
+BOTH = """
+[[destination]]
+parquet = "pq"
+[[destination]]
+url = "sqlite:///wh.db"
+"""
+INCREMENTAL = "[sync]\nincremental = true\n"
+NAMES = [f"P{i:03d}" for i in range(10)]
+
+
+def result(summary: RunSummary, table: str) -> TableResult:
+    (found,) = [t for t in summary.tables if t.table == table]
+    return found
+
+
+def parquet_people(directory: Path) -> pd.DataFrame:
+    return pq.read_table(directory / "People.parquet").to_pandas().set_index("Name").sort_index()
+
+
+def sql_people(url: str) -> dict[str, tuple[Any, ...]]:
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text('SELECT "Name", "Score", "Active", "Team" FROM "People"')).all()
+    engine.dispose()
+    return {r[0]: tuple(r[1:]) for r in rows}
+
+
+def ids_by_name(ws: Workspace) -> dict[str, str]:
+    rows = ws.api("GET", f"/tables/{ws.people}/rows", params={"limit": 1000})["rows"]
+    return {r["fields"]["Name"]: r["id"] for r in rows}
+
+
+def change_people(ws: Workspace) -> None:
+    """One update (P001's score), one delete (P002), one create (P100)."""
+    ids = ids_by_name(ws)
+    ws.api("PATCH", f"/tables/{ws.people}/rows/{ids['P001']}", json={"fields": {"Score": 100}})
+    ws.api("DELETE", f"/tables/{ws.people}/rows/{ids['P002']}")
+    ws.api("POST", f"/tables/{ws.people}/rows", json={"fields": person(100, "Blue")})
+
+
+EXPECTED_AFTER_CHANGES = sorted([*(n for n in NAMES if n != "P002"), "P100"])
+
+
+def test_a_full_sync_writes_every_table_typed_to_parquet_and_sqlite(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    summary = workspace.run(workspace.job(BOTH))
+
+    assert (summary.status, summary.exit_code) == ("ok", 0)
+    assert {(t.table, t.read, t.rows_written) for t in summary.tables} == {
+        ("People", "full", 10),
+        ("Notes", "full", 2),
+    }
+    people = parquet_people(tmp_path / "pq")
+    assert list(people.index) == NAMES
+    assert people.loc["P003", "Score"] == 3.0
+    assert isinstance(people["Team"].dtype, pd.CategoricalDtype)
+    assert list(people["Team"].cat.categories) == ["Red", "Blue"]
+    assert str(people["Active"].dtype) == "boolean"
+    assert sql_people(f"sqlite:///{tmp_path / 'wh.db'}") == {
+        f"P{i:03d}": (float(i), i % 2 == 0, "Red") for i in range(10)
+    }
+
+
+def test_incremental_sync_picks_up_creates_updates_and_deletes(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    job = workspace.job(INCREMENTAL + BOTH)
+    workspace.run(job)
+    change_people(workspace)
+
+    summary = workspace.run(job)
+
+    people = result(summary, "People")
+    assert (people.status, people.read, people.rows_read, people.rows_deleted) == (
+        "ok",
+        "incremental",
+        2,
+        1,
+    )
+    assert result(summary, "Notes").status == "unchanged"
+    frame = parquet_people(tmp_path / "pq")
+    assert list(frame.index) == EXPECTED_AFTER_CHANGES
+    assert frame.loc["P001", "Score"] == 100.0
+    assert frame.loc["P100", "Team"] == "Blue"
+    in_sql = sql_people(f"sqlite:///{tmp_path / 'wh.db'}")
+    assert sorted(in_sql) == EXPECTED_AFTER_CHANGES
+    assert in_sql["P001"][0] == 100.0
+    state = load_state(tmp_path / "job.state.json")
+    newest = max(
+        r["updated_at"]
+        for r in workspace.api("GET", f"/tables/{workspace.people}/rows", params={"limit": 1000})[
+            "rows"
+        ]
+    )
+    assert state.tables[workspace.people].cursor == newest
+    assert state.tables[workspace.people].rows == 10
+
+
+def test_a_run_with_no_changes_writes_nothing(workspace: Workspace, tmp_path: Path) -> None:
+    job = workspace.job(INCREMENTAL + BOTH)
+    workspace.run(job)
+    outputs = [
+        tmp_path / "pq" / "People.parquet",
+        tmp_path / "pq" / "Notes.parquet",
+        tmp_path / "wh.db",
+    ]
+    before = [(p.stat().st_ino, p.stat().st_mtime_ns, p.stat().st_size) for p in outputs]
+
+    summary = workspace.run(job)
+
+    assert summary.status == "ok"
+    assert {t.status for t in summary.tables} == {"unchanged"}
+    assert sum(t.rows_written for t in summary.tables) == 0
+    assert [(p.stat().st_ino, p.stat().st_mtime_ns, p.stat().st_size) for p in outputs] == before
+
+
+def test_incremental_sync_into_postgresql(workspace: Workspace, postgres_db: str) -> None:
+    job = workspace.job(INCREMENTAL + f'[[destination]]\nurl = "{postgres_db}"\n')
+    assert workspace.run(job).status == "ok"
+    assert sorted(sql_people(postgres_db)) == NAMES
+    change_people(workspace)
+
+    summary = workspace.run(job)
+
+    assert result(summary, "People").rows_deleted == 1
+    rows = sql_people(postgres_db)
+    assert sorted(rows) == EXPECTED_AFTER_CHANGES
+    assert rows["P001"] == (100.0, False, "Red")
+    assert rows["P100"] == (100.0, True, "Blue")
+
+
+def test_deleted_rows_can_be_marked_instead_of_removed(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    job = workspace.job("[sync]\nincremental = true\ndeletes = 'mark'\n" + BOTH)
+    workspace.run(job)
+    change_people(workspace)
+
+    workspace.run(job)
+
+    frame = parquet_people(tmp_path / "pq")
+    assert sorted(frame.index) == sorted([*NAMES, "P100"])
+    assert frame["_deleted_at"].notna().tolist() == [n == "P002" for n in frame.index]
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'wh.db'}")
+    with engine.connect() as conn:
+        marked = conn.execute(
+            sa.text('SELECT "Name" FROM "People" WHERE "_deleted_at" IS NOT NULL')
+        ).scalars()
+        assert list(marked) == ["P002"]
+    engine.dispose()
+    # A third run: the marked row is not "deleted again", nothing changes.
+    assert {t.status for t in workspace.run(job).tables} == {"unchanged"}
+
+
+def test_include_exclude_and_filters_choose_tables_and_rows(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    ids = ids_by_name(workspace)
+    workspace.api(
+        "PATCH", f"/tables/{workspace.people}/rows/{ids['P004']}", json={"fields": {"Team": "Blue"}}
+    )
+    job = workspace.job(
+        INCREMENTAL
+        + '[tables]\ninclude = ["People"]\n[tables.filter]\nPeople = { Team = { eq = "Red" } }\n'
+        + '[[destination]]\nparquet = "pq"\n'
+    )
+
+    summary = workspace.run(job)
+
+    assert [t.table for t in summary.tables] == ["People"]
+    assert not (tmp_path / "pq" / "Notes.parquet").exists()
+    assert "P004" not in parquet_people(tmp_path / "pq").index
+    # A row that stops matching the filter leaves the destination on the next run.
+    workspace.api(
+        "PATCH", f"/tables/{workspace.people}/rows/{ids['P005']}", json={"fields": {"Team": "Blue"}}
+    )
+    summary = workspace.run(job)
+    assert result(summary, "People").rows_deleted == 1
+    assert sorted(parquet_people(tmp_path / "pq").index) == [
+        n for n in NAMES if n not in ("P004", "P005")
+    ]
+
+
+def test_a_filter_on_a_missing_column_is_a_config_error_before_any_write(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    job = workspace.job(
+        '[tables.filter]\nPeople = { Colour = { eq = "x" } }\n[[destination]]\nparquet = "pq"\n'
+    )
+
+    with pytest.raises(ConfigError, match=r"tables\.filter\.People\.Colour: .*no column 'Colour'"):
+        workspace.run(job)
+    assert not (tmp_path / "pq").exists()
+
+
+def test_a_table_the_key_cannot_read_makes_the_run_partial(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    scoped = workspace.server.create_key(tables=["People"])
+    job = workspace.job(
+        '[tables]\ninclude = ["People", "Notes"]\n[[destination]]\nparquet = "pq"\n'
+    )
+
+    summary = run_job(load_job(job), environ={**workspace.environ, "JOB_KEY": scoped})
+
+    assert (summary.status, summary.exit_code) == ("partial", 3)
+    assert result(summary, "People").status == "ok"
+    assert result(summary, "Notes").status == "skipped"
+    assert (tmp_path / "pq" / "People.parquet").exists()
+
+
+def test_a_bad_key_fails_the_run_with_a_summary(workspace: Workspace, tmp_path: Path) -> None:
+    summary = run_job(
+        load_job(workspace.job('[[destination]]\nparquet = "pq"\n')),
+        environ={**workspace.environ, "JOB_KEY": "wrong"},
+    )
+
+    assert (summary.status, summary.exit_code) == ("failed", 1)
+    assert summary.error is not None and "401" in summary.error
+    assert "wrong" not in json.dumps(summary.to_dict())
+
+
+def test_a_dry_run_reads_counts_and_writes_nothing(workspace: Workspace, tmp_path: Path) -> None:
+    job = workspace.job(INCREMENTAL + BOTH)
+
+    summary = workspace.run(job, dry_run=True)
+
+    assert {(t.table, t.status, t.read, t.rows_read) for t in summary.tables} == {
+        ("People", "planned", "full", 10),
+        ("Notes", "planned", "full", 2),
+    }
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.toml"]
+
+
+def test_incremental_falls_back_to_a_sorted_read_where_updated_at_filters_are_refused(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """A server that answers 400 to filters on updated_at (the API leaves them open)."""
+    upstream = httpx.Client()
+
+    def refuse_updated_at(request: httpx.Request) -> httpx.Response:
+        if "updated_at" in request.url.params.get("filter", ""):
+            body = {"error": {"code": "VALIDATION_ERROR", "message": "no", "field": "updated_at"}}
+            return httpx.Response(400, json=body)
+        forwarded = upstream.send(
+            upstream.build_request(
+                request.method, request.url, headers=request.headers, content=request.read()
+            )
+        )
+        return httpx.Response(
+            forwarded.status_code, headers=forwarded.headers, content=forwarded.content
+        )
+
+    job = workspace.job(INCREMENTAL + '[[destination]]\nparquet = "pq"\n')
+    transport = httpx.MockTransport(refuse_updated_at)
+    workspace.run(job, transport=transport)
+    change_people(workspace)
+
+    summary = workspace.run(job, transport=transport)
+    upstream.close()
+
+    people = result(summary, "People")
+    assert (people.read, people.rows_read, people.rows_deleted) == ("incremental", 2, 1)
+    assert list(parquet_people(tmp_path / "pq").index) == EXPECTED_AFTER_CHANGES
+
+
+def test_a_schema_change_forces_a_full_reread(
+    make_workspace: MakeWorkspace, tmp_path: Path
+) -> None:
+    ws = make_workspace(people=3)
+    job = ws.job(INCREMENTAL + '[tables]\ninclude = ["People"]\n[[destination]]\nparquet = "pq"\n')
+    ws.run(job)
+    state = json.loads((tmp_path / "job.state.json").read_text())
+    state["tables"][ws.people]["schema"] = "something-else"
+    (tmp_path / "job.state.json").write_text(json.dumps(state))
+
+    summary = ws.run(job)
+
+    assert (result(summary, "People").read, result(summary, "People").rows_read) == ("full", 3)
