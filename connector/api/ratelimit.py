@@ -26,7 +26,7 @@ DECREASE = 0.7
 #: Share of the learned rate added back per second without a 429.
 INCREASE = 0.1
 #: The pace never drops below this many requests per second.
-MIN_RATE = 0.5
+MIN_RATE = 1.0
 #: Seconds of history used to measure the accepted rate; also the cooldown between cuts.
 WINDOW = 1.0
 
@@ -78,8 +78,10 @@ class RateLimiter:
             self._trim(now)
             if now - self._last_cut < WINDOW:
                 return
-            self._last_cut = now
             measured = len(self._accepted) / WINDOW
+            if self._rate is None and not measured:
+                return  # nothing accepted yet, so nothing learned: the retry backoff paces us
+            self._last_cut = now
             floor = DECREASE * self._rate if self._rate is not None else 0.0
             self._rate = max(MIN_RATE, measured, floor)
             self._learned = self._rate

@@ -10,6 +10,7 @@ has a bounded total time.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -20,7 +21,6 @@ from tenacity import (
     retry_if_exception,
     stop_after_attempt,
     stop_before_delay,
-    wait_exponential_jitter,
 )
 
 from connector.errors import ApiError
@@ -62,9 +62,9 @@ class RetryPolicy:
 
     def backoff(self, state: RetryCallState) -> float:
         """Exponential backoff with jitter, never shorter than the server's Retry-After."""
-        jittered = wait_exponential_jitter(
-            initial=self.initial_backoff, max=self.max_backoff, jitter=self.initial_backoff
-        )(state)
+        retries = state.attempt_number - 1
+        exponential = self.initial_backoff * 2.0 ** min(retries, 32)
+        jittered = min(self.max_backoff, exponential + random.uniform(0, self.initial_backoff))
         exc = state.outcome.exception() if state.outcome else None
         asked = exc.retry_after if isinstance(exc, ApiError) else None
         return max(jittered, asked or 0.0)

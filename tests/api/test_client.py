@@ -1,0 +1,185 @@
+"""The client against the reference server over HTTP: every endpoint, keys, errors, secrecy."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+
+from connector.api import MAX_BULK_ROWS, AsyncClient, Client, RetryPolicy
+from connector.errors import (
+    ApiValidationError,
+    AuthError,
+    ConfigError,
+    NotFound,
+    PermissionDenied,
+)
+from tests.fixtures.server import RunningServer
+
+SPEC: dict[str, Any] = {
+    "name": "People",
+    "columns": [
+        {"name": "Name", "type": "text", "required": True},
+        {"name": "Status", "type": "choice", "options": ["Active", "Inactive"]},
+        {"name": "Age", "type": "number"},
+    ],
+}
+
+
+@pytest.fixture
+def people(server: RunningServer) -> str:
+    return server.create_table(SPEC)
+
+
+def test_every_endpoint_round_trips(server: RunningServer, people: str) -> None:
+    with Client(server.base_url, server.api_key) as client:
+        [summary] = client.list_tables()
+        assert (summary.id, summary.name, summary.columns) == (people, "People", 3)
+        table = client.get_table(people)
+        assert [c.name for c in table.columns] == ["Name", "Status", "Age"]
+        assert table.column("Status").options == ("Active", "Inactive")
+
+        ada = client.create_row(people, {"Name": "Ada", "Age": 36})
+        assert ada.id.startswith("row_") and ada.fields["Name"] == "Ada"
+        updated = client.update_row(people, ada.id, {"Status": "Active"})
+        assert updated is not None and updated.fields["Status"] == "Active"
+        assert updated.fields["Age"] == 36  # columns not sent keep their values
+
+        bulk = client.create_rows(people, [{"Name": f"p{i}"} for i in range(MAX_BULK_ROWS)])
+        assert [r.fields["Name"] for r in bulk] == [f"p{i}" for i in range(MAX_BULK_ROWS)]
+        page = client.list_rows(people, limit=10, offset=0, sort="created_at", order="asc")
+        assert (page.total, page.limit, page.offset) == (101, 10, 0)
+        assert page.rows[0].id == ada.id
+
+        client.delete_row(people, ada.id)
+        client.delete_rows(people, [r.id for r in bulk[:50]])
+        remaining = [r.id for p in client.pages(people, page_size=20) for r in p.rows]
+        assert remaining == [r.id for r in bulk[50:]]
+
+
+def test_a_limit_above_the_maximum_is_clamped_and_reported(server: RunningServer, people: str) -> None:
+    server.insert_rows(people, [{"Name": str(i)} for i in range(1200)])
+    with Client(server.base_url, server.api_key) as client:
+        pages = list(client.pages(people, page_size=5000))
+    assert [(p.offset, p.limit, len(p.rows)) for p in pages] == [(0, 1000, 1000), (1000, 1000, 200)]
+
+
+def test_filters_pass_through(server: RunningServer, people: str) -> None:
+    server.insert_rows(people, [{"Name": str(i), "Age": i, "Status": "Active" if i % 2 else "Inactive"}
+                                for i in range(10)])
+    with Client(server.base_url, server.api_key) as client:
+        page = client.list_rows(people, filter={"Status": {"eq": "Active"}, "Age": {"gt": 4}})
+    assert sorted(r.fields["Age"] for r in page.rows) == [5, 7, 9]
+
+
+def test_the_async_twin_has_the_same_methods(server: RunningServer, people: str) -> None:
+    async def scenario() -> list[str]:
+        async with AsyncClient(server.base_url, server.api_key) as client:
+            rows = await client.create_rows(people, [{"Name": "a"}, {"Name": "b"}])
+            await client.update_row(people, rows[0].id, {"Age": 1})
+            names = [r.fields["Name"] async for p in client.pages(people) for r in p.rows]
+            await client.delete_rows(people, [r.id for r in rows])
+            return names
+
+    assert asyncio.run(scenario()) == ["a", "b"]
+
+
+def test_a_bad_value_names_its_column(server: RunningServer, people: str) -> None:
+    with Client(server.base_url, server.api_key) as client, \
+            pytest.raises(ApiValidationError) as caught:
+        client.create_row(people, {"Name": "x", "Status": "Sleeping"})
+    assert caught.value.field == "Status"
+    assert "Active" in str(caught.value)  # the message lists the allowed options
+
+
+def test_an_unknown_key_says_to_set_a_valid_one(server: RunningServer) -> None:
+    with Client(server.base_url, "not-a-key") as client, pytest.raises(AuthError) as caught:
+        client.list_tables()
+    assert caught.value.status == 401
+    assert "CONNECTOR_API_KEY" in str(caught.value)
+
+
+def test_a_missing_table_says_what_to_check(server: RunningServer) -> None:
+    with Client(server.base_url, server.api_key) as client, pytest.raises(NotFound) as caught:
+        client.get_table("tbl_nope")
+    assert "connector tables" in str(caught.value)
+
+
+def test_a_wrong_base_url_is_a_not_found_naming_it(server: RunningServer) -> None:
+    wrong = server.base_url.removesuffix("/v1")
+    with Client(wrong, server.api_key) as client, pytest.raises(NotFound, match="/v1"):
+        client.list_tables()
+
+
+def test_a_read_only_key_reads_but_may_not_write(server: RunningServer, people: str) -> None:
+    key = server.create_key(read_only=True)
+    with Client(server.base_url, key) as client:
+        assert client.list_rows(people).rows == []
+        with pytest.raises(PermissionDenied) as caught:
+            client.create_row(people, {"Name": "x"})
+    assert caught.value.status == 403
+    assert "read-only" in str(caught.value)
+
+
+def test_a_scoped_key_sees_only_its_tables(server: RunningServer, people: str) -> None:
+    other = server.create_table({"name": "Secret", "columns": [{"name": "X", "type": "text"}]})
+    key = server.create_key(tables=["People"])
+    with Client(server.base_url, key) as client:
+        assert [t.name for t in client.list_tables()] == ["People"]
+        with pytest.raises(PermissionDenied, match="scoped to other tables"):
+            client.list_rows(other)
+
+
+def test_base_url_and_key_come_from_the_environment(
+    server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CONNECTOR_BASE_URL", server.base_url)
+    monkeypatch.setenv("CONNECTOR_API_KEY", server.api_key)
+    with Client() as client:
+        assert client.list_tables() == []
+
+
+def test_a_missing_key_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CONNECTOR_API_KEY", raising=False)
+    with pytest.raises(ConfigError, match="CONNECTOR_API_KEY"):
+        Client("http://127.0.0.1:9/v1")
+
+
+def test_the_key_never_shows(
+    server: RunningServer, people: str, caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    key = server.api_key
+    shown: list[str] = []
+    with Client(server.base_url, key) as client:
+        shown.append(repr(client))
+        client.create_row(people, {"Name": "x"})
+        for call in (lambda: client.get_table("tbl_nope"),
+                     lambda: client.create_row(people, {"Status": "bad"})):
+            with pytest.raises(Exception) as caught:
+                call()
+            shown += [str(caught.value), repr(caught.value), repr(caught.value.args)]
+    with Client("http://127.0.0.1:9/v1", key, retry=RetryPolicy.off()) as unreachable, \
+            pytest.raises(Exception) as caught:
+        unreachable.list_tables()
+    shown += [str(caught.value), repr(caught.value)]
+    out = capsys.readouterr()
+    everything = "\n".join([*shown, caplog.text, out.out, out.err])
+    assert "127.0.0.1" in everything  # something was logged and shown at all
+    assert key not in everything
+
+
+def test_a_key_echoed_by_a_server_is_redacted() -> None:
+    import httpx
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        echoed = request.headers["Authorization"]
+        return httpx.Response(401, json={"error": {"code": "UNAUTHORIZED", "message": f"bad {echoed}"}})
+
+    with Client("http://api.test/v1", "s3cret-key", transport=httpx.MockTransport(handler)) as client, \
+            pytest.raises(AuthError) as caught:
+        client.list_tables()
+    assert "s3cret-key" not in str(caught.value)

@@ -1,0 +1,151 @@
+"""Retries: what is replayed, how long we wait, and that httpx's exceptions never escape."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from connector.api import Client, RateLimiter, RetryPolicy
+from connector.api.client import NotSent
+from connector.errors import NotFound, RateLimited, ServerError, TransportError
+
+ROW = {"id": "row_1", "fields": {}, "created_at": "2024-01-01T00:00:00Z",
+       "updated_at": "2024-01-01T00:00:00Z"}
+TABLES = {"tables": []}
+FAST = RetryPolicy(attempts=5, initial_backoff=0.01, max_backoff=0.05, total_seconds=5)
+
+
+def scripted(*answers: httpx.Response | Exception) -> tuple[Callable[[httpx.Request], httpx.Response], list[httpx.Request]]:
+    """A transport handler answering with `answers` in turn (the last one repeats)."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        answer = answers[min(len(seen), len(answers)) - 1]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    return handler, seen
+
+
+def client_for(handler: Callable[[httpx.Request], httpx.Response], retry: RetryPolicy = FAST) -> Client:
+    return Client("http://api.test/v1", "k-test", transport=httpx.MockTransport(handler),
+                  retry=retry, limiter=RateLimiter())
+
+
+@pytest.mark.parametrize("failure", [
+    httpx.Response(500), httpx.Response(503), httpx.Response(429),
+    httpx.ReadTimeout("slow"), httpx.ConnectError("refused"), httpx.RemoteProtocolError("cut"),
+])
+def test_reads_are_retried_on_5xx_429_and_connection_errors(failure: httpx.Response | Exception) -> None:
+    handler, seen = scripted(failure, failure, httpx.Response(200, json=TABLES))
+    with client_for(handler) as client:
+        assert client.list_tables() == []
+    assert len(seen) == 3
+
+
+@pytest.mark.parametrize("failure", [httpx.Response(429), httpx.ConnectError("refused")])
+def test_a_post_is_replayed_when_it_certainly_did_not_happen(failure: httpx.Response | Exception) -> None:
+    handler, seen = scripted(failure, httpx.Response(201, json=ROW))
+    with client_for(handler) as client:
+        assert client.create_row("tbl_1", {}).id == "row_1"
+    assert len(seen) == 2
+
+
+@pytest.mark.parametrize(("failure", "error"), [
+    (httpx.Response(500), ServerError),
+    (httpx.ReadTimeout("no answer"), TransportError),
+    (httpx.RemoteProtocolError("cut mid-response"), TransportError),
+])
+def test_an_ambiguous_post_failure_is_not_replayed(failure: httpx.Response | Exception,
+                                                   error: type[Exception]) -> None:
+    handler, seen = scripted(failure, httpx.Response(201, json=ROW))
+    with client_for(handler) as client, pytest.raises(error) as caught:
+        client.create_rows("tbl_1", [{}])
+    assert len(seen) == 1
+    assert not isinstance(caught.value, NotSent)
+
+
+def test_patch_and_delete_are_replayed_after_an_ambiguous_failure() -> None:
+    handler, seen = scripted(httpx.Response(500), httpx.Response(200, json=ROW), httpx.Response(500),
+                             httpx.Response(204))
+    with client_for(handler) as client:
+        client.update_row("tbl_1", "row_1", {"Name": "x"})
+        client.delete_row("tbl_1", "row_1")
+    assert [r.method for r in seen] == ["PATCH", "PATCH", "DELETE", "DELETE"]
+
+
+def test_a_delete_whose_replay_finds_the_row_gone_succeeded() -> None:
+    handler, _ = scripted(httpx.ReadTimeout("answer lost"), httpx.Response(404))
+    with client_for(handler) as client:
+        client.delete_row("tbl_1", "row_1")
+
+
+def test_a_delete_of_a_missing_row_is_not_found_at_first_try() -> None:
+    handler, _ = scripted(httpx.Response(404))
+    with client_for(handler) as client, pytest.raises(NotFound):
+        client.delete_row("tbl_1", "row_1")
+
+
+def test_retry_after_is_honoured_as_a_minimum() -> None:
+    handler, _ = scripted(httpx.Response(429, headers={"Retry-After": "0.4"}),
+                             httpx.Response(200, json=TABLES))
+    started = time.monotonic()
+    with client_for(handler) as client:
+        client.list_tables()
+    assert time.monotonic() - started >= 0.4
+
+
+def test_retry_after_zero_still_backs_off() -> None:
+    policy = RetryPolicy(attempts=3, initial_backoff=0.2, max_backoff=1, total_seconds=5)
+    handler, _ = scripted(httpx.Response(429, headers={"Retry-After": "0"}),
+                          httpx.Response(200, json=TABLES))
+    started = time.monotonic()
+    with client_for(handler, policy) as client:
+        client.list_tables()
+    assert time.monotonic() - started >= 0.2
+
+
+def test_retries_give_up_after_the_total_time() -> None:
+    policy = RetryPolicy(attempts=1000, initial_backoff=0.05, max_backoff=0.1, total_seconds=0.5)
+    handler, seen = scripted(httpx.Response(503))
+    started = time.monotonic()
+    with client_for(handler, policy) as client, pytest.raises(ServerError) as caught:
+        client.list_tables()
+    assert time.monotonic() - started < 1.5
+    assert 2 < len(seen) < 50
+    assert caught.value.retriable
+
+
+def test_retries_give_up_after_the_attempts() -> None:
+    handler, seen = scripted(httpx.Response(429))
+    with client_for(handler) as client, pytest.raises(RateLimited):
+        client.list_tables()
+    assert len(seen) == FAST.attempts
+
+
+def test_retry_off_tries_once() -> None:
+    handler, seen = scripted(httpx.Response(500), httpx.Response(200, json=TABLES))
+    with client_for(handler, RetryPolicy.off()) as client, pytest.raises(ServerError):
+        client.list_tables()
+    assert len(seen) == 1
+
+
+@pytest.mark.parametrize("failure", [httpx.ConnectError("refused"), httpx.ReadError("reset"),
+                                     httpx.WriteTimeout("stuck"), httpx.PoolTimeout("busy")])
+def test_httpx_errors_are_wrapped_and_chained(failure: Exception) -> None:
+    handler, _ = scripted(failure)
+    with client_for(handler, RetryPolicy.off()) as client, pytest.raises(TransportError) as caught:
+        client.list_tables()
+    assert caught.value.__cause__ is failure
+    assert not isinstance(caught.value, httpx.HTTPError)
+
+
+def test_a_body_that_is_not_json_is_a_server_error() -> None:
+    handler, _ = scripted(httpx.Response(200, text="<html>proxy error</html>"))
+    with client_for(handler, RetryPolicy.off()) as client, pytest.raises(ServerError, match="not JSON"):
+        client.list_tables()
