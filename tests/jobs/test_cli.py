@@ -1,0 +1,148 @@
+"""`connector sync` as a scheduler sees it: exit codes, JSON summaries, locking, kill -9."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from click.testing import CliRunner
+
+from connector.cli import main
+from tests.jobs.conftest import MakeWorkspace, Workspace, person
+
+ROOT = Path(__file__).resolve().parents[2]
+PARQUET = '[tables]\ninclude = ["People"]\n[[destination]]\nparquet = "pq"\n'
+
+
+def cli(ws: Workspace, *args: str) -> subprocess.Popen[str]:
+    """`connector ARGS` in its own process, with the workspace's URL and key in its environment."""
+    env = {**os.environ, **ws.environ}
+    return subprocess.Popen(
+        [sys.executable, "-m", "connector", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_lock_holder(lock: Path, timeout: float = 20.0) -> None:
+    """Until a run has taken the job's lock (it writes its pid into the lock file)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if lock.exists() and lock.read_text().strip():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"no run took {lock} within {timeout}s")
+
+
+def test_a_bad_job_file_exits_2_naming_the_key_without_a_traceback(tmp_path: Path) -> None:
+    job = tmp_path / "job.toml"
+    job.write_text('[source]\napi_key_env = "K"\n[[destination]]\nparquet = "x"\nmode = "upsert"\n')
+
+    outcome = CliRunner().invoke(main, ["sync", str(job)])
+
+    assert outcome.exit_code == 2
+    assert f"{job}: destination[0].mode: must be one of replace, append, merge" in outcome.output
+    assert "Traceback" not in outcome.output
+
+
+def test_a_missing_key_variable_exits_2_naming_it(workspace: Workspace) -> None:
+    job = workspace.job(PARQUET)
+
+    outcome = CliRunner().invoke(
+        main,
+        ["sync", str(job)],
+        env={"CONNECTOR_BASE_URL": workspace.server.base_url, "JOB_KEY": ""},
+    )
+
+    assert outcome.exit_code == 2
+    assert "source.api_key_env: the environment variable JOB_KEY is not set" in outcome.output
+
+
+def test_json_log_format_gives_events_and_one_summary_for_schedulers(workspace: Workspace) -> None:
+    job = workspace.job(PARQUET)
+
+    outcome = CliRunner().invoke(
+        main, ["sync", str(job), "--log-format", "json"], env=workspace.environ
+    )
+
+    assert outcome.exit_code == 0
+    summary = json.loads(outcome.stdout)
+    assert summary["status"] == "ok" and summary["exit_code"] == 0
+    assert [(t["table"], t["rows_written"]) for t in summary["tables"]] == [("People", 10)]
+    events = [json.loads(line) for line in outcome.stderr.splitlines()]
+    assert [e["event"] for e in events] == ["start", "table", "finish"]
+    assert workspace.server.api_key not in outcome.output
+
+
+def test_state_dir_option_moves_state_and_lock(workspace: Workspace, tmp_path: Path) -> None:
+    job = workspace.job(PARQUET)
+    elsewhere = tmp_path / "state-elsewhere"
+
+    outcome = CliRunner().invoke(
+        main, ["sync", str(job), "--state-dir", str(elsewhere)], env=workspace.environ
+    )
+
+    assert outcome.exit_code == 0, outcome.output
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["job.lock", "job.state.json"]
+    assert not (tmp_path / "job.state.json").exists()
+
+
+def test_two_runs_of_one_job_never_overlap(make_workspace: MakeWorkspace, tmp_path: Path) -> None:
+    ws = make_workspace(people=1000, latency_ms=60)
+    job = ws.job(PARQUET)
+    job.write_text(job.read_text().replace("page_size = 50\n", "page_size = 50\nconcurrency = 1\n"))
+    first = cli(ws, "sync", str(job))
+    wait_for_lock_holder(tmp_path / "job.lock")
+
+    refused = cli(ws, "sync", str(job))
+    _, refused_err = refused.communicate(timeout=60)
+    waiter = cli(ws, "sync", str(job), "--wait", "60", "--log-format", "json")
+    first.communicate(timeout=60)
+    waiter_out, _ = waiter.communicate(timeout=60)
+
+    assert refused.returncode == 75
+    assert "job 'job' is already running as process" in refused_err
+    assert "nothing was done" in refused_err
+    assert first.returncode == 0
+    assert waiter.returncode == 0
+    assert json.loads(waiter_out)["tables"][0]["rows_written"] == 1000
+
+
+def test_kill_9_mid_sync_leaves_state_and_outputs_then_a_rerun_is_correct(
+    make_workspace: MakeWorkspace, tmp_path: Path
+) -> None:
+    ws = make_workspace(people=50, latency_ms=60)
+    job = ws.job("[sync]\nincremental = true\n" + PARQUET)
+    job.write_text(job.read_text().replace("page_size = 50\n", "page_size = 50\nconcurrency = 1\n"))
+    assert ws.run(job).status == "ok"
+    state_before = (tmp_path / "job.state.json").read_bytes()
+    parquet_before = (tmp_path / "pq" / "People.parquet").read_bytes()
+    ws.server.insert_rows(ws.people, [person(i) for i in range(50, 1050)])
+
+    run = cli(ws, "sync", str(job))
+    wait_for_lock_holder(tmp_path / "job.lock")
+    time.sleep(0.5)  # well into reading 20 pages at 60 ms each
+    run.kill()
+    run.communicate()
+
+    assert run.returncode == -9
+    assert (tmp_path / "job.state.json").read_bytes() == state_before
+    assert (tmp_path / "pq" / "People.parquet").read_bytes() == parquet_before
+    assert sorted(p.name for p in (tmp_path / "pq").iterdir()) == ["People.parquet"]
+
+    summary = ws.run(job)
+
+    people = summary.tables[0]
+    assert (people.status, people.read, people.rows_read) == ("ok", "incremental", 1000)
+    names = (
+        pq.read_table(tmp_path / "pq" / "People.parquet", columns=["Name"]).column(0).to_pylist()
+    )
+    assert sorted(names) == sorted(f"P{i:03d}" for i in range(1050))
