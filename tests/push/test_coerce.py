@@ -1,0 +1,107 @@
+"""Coercion: spreadsheet cells become what a spreadsheet user means, and every rule is counted."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from connector.push.coerce import coerce_column, same_values, wire_values
+from connector.schema import Column
+
+NA = None
+
+
+def coerce(kind: str, cells: list[Any], **column: Any) -> tuple[list[Any], dict[int, str], dict[str, int]]:
+    result = coerce_column(pd.Series(cells, dtype=object), Column("c", kind, **column))
+    values = [None if v is pd.NA else v for v in result.values.tolist()]
+    return values, result.errors, dict(result.counts)
+
+
+def test_text_keeps_leading_zeros_and_long_digits_and_empties_become_null() -> None:
+    values, errors, counts = coerce(
+        "text", ["007", "12345678901234567890", "", "  ", None, math.nan, pd.NA, "NaN", "<NA>", "Ann"]
+    )
+    assert values == ["007", "12345678901234567890", *[NA] * 7, "Ann"]
+    assert errors == {}
+    assert counts == {"empty → null": 7}
+
+
+def test_text_from_spreadsheet_numbers_dates_and_booleans() -> None:
+    values, _, counts = coerce("text", [41.0, 2.5, True, dt.datetime(2024, 1, 31)])
+    assert values == ["41", "2.5", "TRUE", "2024-01-31"]
+    assert counts == {"text from number": 2, "text from checkbox": 1, "text from date": 1}
+
+
+def test_numbers_parse_from_text_with_or_without_thousands_separators() -> None:
+    values, errors, counts = coerce(
+        "number", ["1", " 2.50 ", "-3e2", "1,234.5", 7, 8.25, np.int64(9), "abc", True, "inf", "1,2"]
+    )
+    assert values[:7] == [1.0, 2.5, -300.0, 1234.5, 7.0, 8.25, 9.0]
+    assert values[7:] == [NA] * 4
+    assert errors == {7: "not a number", 8: "not a number", 9: "not a number", 10: "not a number"}
+    assert counts == {"number from text": 3, "number with thousands separators": 1}
+
+
+def test_checkboxes_from_words_and_numbers() -> None:
+    values, errors, counts = coerce(
+        "checkbox", ["TRUE", "false", "Yes", "no", "1", "0", "x", True, 0, 1.0, "maybe", 2]
+    )
+    assert values[:10] == [True, False, True, False, True, False, True, True, False, True]
+    assert set(errors) == {10, 11}
+    assert "TRUE/FALSE" in errors[10]
+    assert counts == {"checkbox from text": 7, "checkbox from number": 2}
+
+
+def test_dates_from_iso_text_excel_serials_and_datetimes() -> None:
+    values, errors, counts = coerce(
+        "date",
+        ["2024-01-31", "2024-01-31T00:00:00Z", "45322", 45322, dt.date(2024, 1, 31),
+         dt.datetime(2024, 1, 31), pd.Timestamp("2024-01-31"),
+         "2024-02-30", "31/01/2024", "2024-01-31T10:00", dt.datetime(2024, 1, 31, 10), True],
+    )
+    assert values[:7] == ["2024-01-31"] * 7  # Excel serial 45322 is 2024-01-31
+    assert set(errors) == {7, 8, 9, 10, 11}
+    assert counts == {
+        "date from ISO text": 1,
+        "date from ISO date-time at midnight": 1,
+        "date from Excel serial": 2,
+        "date from date-time at midnight": 2,
+    }
+
+
+def test_choice_is_exact_text_and_typed_frames_coerce_by_dtype() -> None:
+    values, _, _ = coerce("choice", ["a", " a", 1.0])
+    assert values == ["a", " a", "1"]
+    floats = coerce_column(pd.Series([1.0, None]), Column("c", "number"))
+    assert floats.values.tolist()[0] == 1.0 and floats.values.isna().tolist() == [False, True]
+    bools = coerce_column(pd.Series([True, None], dtype="boolean"), Column("c", "checkbox"))
+    assert bools.values.tolist() == [True, pd.NA]
+    dates = coerce_column(pd.Series(pd.to_datetime(["2024-01-31"])), Column("c", "date"))
+    assert dates.values.tolist() == ["2024-01-31"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "a", "b", "expected"),
+    [
+        ("number", [1.0, 0.1 + 0.2, None, 1.0], [1.0, 0.3, None, None], [True, True, True, False]),
+        ("text", ["a", None, "a"], ["a", None, "A"], [True, True, False]),
+        ("choice", ["x", "x "], ["x", "x"], [True, False]),
+        ("checkbox", [True, False, None], [True, None, None], [True, False, True]),
+    ],
+)
+def test_equality_is_by_column_type(kind: str, a: list[Any], b: list[Any], expected: list[bool]) -> None:
+    col = Column("c", kind)
+    left = coerce_column(pd.Series(a, dtype=object), col).values
+    right = coerce_column(pd.Series(b, dtype=object), col).values
+    assert same_values(left, right, col).tolist() == expected
+
+
+def test_wire_values_are_json_cells() -> None:
+    col = Column("c", "number")
+    values = coerce_column(pd.Series(["1", "2.5", "", "1e20"], dtype=object), col).values
+    assert wire_values(values, col) == [1, 2.5, None, 1e20]

@@ -1,0 +1,150 @@
+"""Planning: a vectorised diff by key, by column type, so re-reads never look like changes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from connector.errors import ConfigError
+from connector.push.coerce import coerce_column
+from connector.push.live import Live
+from connector.push.plan import (
+    Create,
+    Delete,
+    DeleteGuard,
+    Plan,
+    PlanError,
+    Update,
+    check_current,
+    check_delete_guard,
+    make_plan,
+)
+from connector.push.source import Source
+from connector.push.validate import Key, ValidationReport, validate
+from connector.schema import Column, Table
+
+TABLE = Table(
+    "tbl_1",
+    "People",
+    (
+        Column("Name", "text", required=True),
+        Column("Age", "number"),
+        Column("Status", "choice", options=("active", "paused")),
+        Column("Member", "checkbox"),
+        Column("Note", "text"),
+    ),
+)
+
+
+def live(*rows: tuple[str, dict[str, Any]]) -> Live:
+    frame: dict[str, Any] = {
+        "_id": pd.Series([r[0] for r in rows], dtype="string"),
+        "_updated_at": pd.Series([f"t-{r[0]}" for r in rows], dtype="string"),
+    }
+    for col in TABLE.columns:
+        cells = pd.Series([r[1].get(col.name) for r in rows], dtype=object)
+        frame[col.name] = coerce_column(cells, col).values
+    return Live(TABLE, pd.DataFrame(frame, index=pd.RangeIndex(len(rows))))
+
+
+def plan(columns: dict[str, list[Any]], current: Live, mode: str = "upsert", key: str = "Name") -> Plan:
+    src = Source.from_frame(pd.DataFrame(columns, dtype=object), "people.csv")
+    parsed = Key.parse(key, TABLE)
+    return make_plan(validate(src, TABLE, parsed, mode=mode), current, mode)  # type: ignore[arg-type]
+
+
+CURRENT = live(
+    ("row_a", {"Name": "Ann", "Age": 1, "Status": "active", "Member": True, "Note": None}),
+    ("row_b", {"Name": "Bo", "Age": 2.5, "Status": "paused", "Member": False, "Note": "x"}),
+    ("row_c", {"Name": "Cy", "Age": None}),
+)
+
+
+def test_equal_values_in_other_spellings_are_not_updates() -> None:
+    result = plan(
+        {"Name": ["Ann", "Bo", "Cy"], "Age": ["1.0", "2.50", ""], "Status": ["active", "paused", ""],
+         "Member": ["yes", "FALSE", ""], "Note": ["", "x", None]},
+        CURRENT,
+    )
+    assert result.is_empty and result.requests == 0
+    assert result.unchanged == 3
+
+
+def test_upsert_patches_only_changed_cells_and_records_what_it_replaces() -> None:
+    result = plan({"Name": ["Bo", "Ann", "Dee"], "Age": ["2.5", "2", "4"], "Note": ["y", "", ""]}, CURRENT)
+    assert result.creates == (Create(row=4, fields={"Name": "Dee", "Age": 4}),)
+    assert result.updates == (
+        Update(row=2, id="row_b", fields={"Note": "y"}, old={"Note": "x"}, updated_at="t-row_b"),
+        Update(row=3, id="row_a", fields={"Age": 2}, old={"Age": 1}, updated_at="t-row_a"),
+    )
+    assert result.deletes == ()
+    assert result.requests == 1 + 2 + 0
+
+
+def test_clearing_a_cell_is_an_update_to_null() -> None:
+    result = plan({"Name": ["Bo"], "Note": [""]}, CURRENT, mode="update")
+    assert result.updates[0].fields == {"Note": None} and result.updates[0].old == {"Note": "x"}
+
+
+def test_modes() -> None:
+    src = {"Name": ["Ann", "Dee"], "Age": ["9", "4"]}
+    insert = plan(src, CURRENT, "insert")
+    assert [c.fields["Name"] for c in insert.creates] == ["Dee"] and not insert.updates
+    assert insert.skipped == 1
+    update = plan(src, CURRENT, "update")
+    assert not update.creates and [u.id for u in update.updates] == ["row_a"] and update.skipped == 1
+    mirror = plan(src, CURRENT, "mirror")
+    assert mirror.deletes == (
+        Delete("row_b", {"Name": "Bo"}, "t-row_b"),
+        Delete("row_c", {"Name": "Cy"}, "t-row_c"),
+    )
+    assert mirror.requests == 1 + 1 + 1
+
+
+def test_by_row_id_updates_and_refuses_unknown_ids() -> None:
+    result = plan({"id": ["row_b"], "Age": ["3"]}, CURRENT, mode="update", key="id")
+    assert result.updates[0].id == "row_b" and result.updates[0].fields == {"Age": 3}
+    with pytest.raises(ValidationReport, match="row 2, column 'id', value 'row_zz': no row with this id"):
+        plan({"id": ["row_zz"], "Age": ["3"]}, CURRENT, mode="update", key="id")
+
+
+def test_a_key_that_repeats_in_the_table_is_refused() -> None:
+    doubled = live(("row_1", {"Name": "Ann"}), ("row_2", {"Name": "Ann"}))
+    with pytest.raises(PlanError, match=r"2 rows sharing a key \(Name\)"):
+        plan({"Name": ["Ann"]}, doubled)
+
+
+def test_mirror_guard() -> None:
+    big = live(*((f"row_{i}", {"Name": f"n{i}"}) for i in range(10)))
+    two_gone = plan({"Name": [f"n{i}" for i in range(8)]}, big, "mirror")
+    check_delete_guard(two_gone)  # 2 of 10 = 20%: allowed
+    three_gone = plan({"Name": [f"n{i}" for i in range(7)]}, big, "mirror")
+    with pytest.raises(DeleteGuard, match="would delete 3 of 10 rows"):
+        check_delete_guard(three_gone)
+    check_delete_guard(three_gone, allow_delete=3)
+    check_delete_guard(three_gone, max_delete_ratio=0.3)
+    empty = plan({"Name": []}, big, "mirror")
+    with pytest.raises(DeleteGuard, match="the source is empty"):
+        check_delete_guard(empty, max_delete_ratio=None)
+    check_delete_guard(empty, max_delete_ratio=1.0)
+
+
+def test_plan_json_round_trip_and_staleness() -> None:
+    result = plan({"Name": ["Bo", "Dee"], "Age": ["7", "1"]}, CURRENT, "mirror")
+    again = Plan.from_json(result.to_json())
+    assert again == result
+    check_current(again, CURRENT)
+    touched = live(
+        ("row_a", {"Name": "Ann"}), ("row_c", {"Name": "Cy"}), ("row_d", {"Name": "Dee"}),
+    )
+    with pytest.raises(PlanError, match=r"2 row\(s\).*row_b \(row 2\).*key 'Dee' \(row 3\) now exists"):
+        check_current(again, touched)
+    with pytest.raises(ConfigError, match="not a push plan"):
+        Plan.from_json(b'{"format": 99}')
+
+
+def test_unknown_mode_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="--mode 'sync'"):
+        plan({"Name": ["Ann"]}, CURRENT, "sync")

@@ -1,0 +1,108 @@
+"""Reading sources: cells stay as the file holds them; rows keep their spreadsheet numbers."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import openpyxl
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from connector.push.source import SourceError, read_source
+
+
+def write(path: Path, text: str, *, bom: bool = False, encoding: str = "utf-8") -> Path:
+    path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + text.encode(encoding))
+    return path
+
+
+@pytest.mark.parametrize("bom", [False, True])
+@pytest.mark.parametrize("sep", [",", ";", "\t", "|"])
+def test_csv_delimiter_is_sniffed_and_bom_dropped(tmp_path: Path, sep: str, bom: bool) -> None:
+    text = sep.join(["Name", "Zip", "Age"]) + "\n" + sep.join(["Ann", "007", "1.5"]) + "\n"
+    source = read_source(write(tmp_path / "a.csv", text, bom=bom))
+    assert list(source.frame.columns) == ["Name", "Zip", "Age"]
+    assert source.frame.iloc[0].tolist() == ["Ann", "007", "1.5"]
+
+
+def test_csv_cells_stay_text_and_rows_keep_spreadsheet_numbers(tmp_path: Path) -> None:
+    text = 'Name,Id\nAnn,00012\n\n"Bo, Jr.","12345678901234567890"\n,\n"multi\nline",7\n'
+    source = read_source(write(tmp_path / "a.csv", text))
+    assert source.frame["Id"].tolist() == ["00012", "12345678901234567890", "7"]
+    assert source.frame["Name"].tolist() == ["Ann", "Bo, Jr.", "multi\nline"]
+    # header = row 1; the blank line is row 3 and the all-empty record row 5: both dropped
+    assert source.rows.tolist() == [2, 4, 6]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("a,b\n1,2,3\n", "malformed CSV"),
+        ('a,b\n"1,2\n', "malformed CSV"),
+        ("", "empty"),
+        ("a,a\n1,2\n", "duplicate column names"),
+        ("a,,b\n1,2,3\n", "empty column name"),
+    ],
+)
+def test_malformed_csv_is_a_clear_source_error(tmp_path: Path, text: str, expected: str) -> None:
+    with pytest.raises(SourceError, match=expected):
+        read_source(write(tmp_path / "bad.csv", text))
+
+
+def test_csv_that_is_not_utf8_says_so(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match="not UTF-8"):
+        read_source(write(tmp_path / "latin.csv", "Name\nJosé\n", encoding="latin-1"))
+
+
+def test_xlsx_keeps_native_cells_and_picks_the_sheet(tmp_path: Path) -> None:
+    book = openpyxl.Workbook()
+    first = book.active
+    assert first is not None
+    first.title = "Other"
+    first.append(["x"])
+    sheet = book.create_sheet("People")
+    sheet.append([None])  # a blank first row: the header is row 2
+    sheet.append(["Name", "Zip", "Born", "Age", "Member"])
+    sheet.append(["Ann", "007", dt.datetime(2024, 1, 31), 41, True])
+    sheet.append([None, None, None, None, None])
+    sheet.append(["Bo", "08", 45000, 2.5, False])
+    path = tmp_path / "people.xlsx"
+    book.save(path)
+
+    source = read_source(path, sheet="People")
+    assert list(source.frame.columns) == ["Name", "Zip", "Born", "Age", "Member"]
+    assert source.frame.iloc[0].tolist() == ["Ann", "007", dt.datetime(2024, 1, 31), 41, True]
+    assert source.rows.tolist() == [3, 5]
+    assert read_source(path).frame.columns.tolist() == ["x"]
+
+
+def test_xlsx_errors_name_the_problem(tmp_path: Path) -> None:
+    book = openpyxl.Workbook()
+    sheet = book.active
+    assert sheet is not None
+    sheet.append(["Name", None])
+    sheet.append(["Ann", "stray"])
+    path = tmp_path / "stray.xlsx"
+    book.save(path)
+    with pytest.raises(SourceError, match="column B has values but no header"):
+        read_source(path)
+    with pytest.raises(SourceError, match=r"no sheet 'Nope'; sheets: \['Sheet'\]"):
+        read_source(path, sheet="Nope")
+    with pytest.raises(SourceError, match=r"not a readable \.xlsx"):
+        read_source(write(tmp_path / "fake.xlsx", "Name\nAnn\n"))
+
+
+def test_parquet_and_dataframe_keep_their_types(tmp_path: Path) -> None:
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"Name": ["Ann", None], "Age": [1.5, None]}), path)
+    source = read_source(path)
+    assert source.frame["Name"].tolist()[0] == "Ann"
+    assert source.frame["Age"].tolist()[0] == 1.5
+    assert source.rows.tolist() == [2, 3]
+    frame = pd.DataFrame({"Name": ["Ann"]}, index=[10])
+    assert read_source(frame).rows.tolist() == [2]
+    with pytest.raises(SourceError, match="not a readable Parquet"):
+        read_source(write(tmp_path / "bad.parquet", "nope"))

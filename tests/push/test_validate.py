@@ -1,0 +1,94 @@
+"""Validation: one report naming every bad row (spreadsheet numbering), column and value."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from connector.errors import ConfigError, InputError
+from connector.push.source import Source
+from connector.push.validate import Key, ValidationReport, validate
+from connector.schema import Column, Table
+
+TABLE = Table(
+    "tbl_1",
+    "People",
+    (
+        Column("Name", "text", required=True),
+        Column("Age", "number"),
+        Column("Status", "choice", options=("active", "paused")),
+        Column("Born", "date"),
+    ),
+)
+
+
+def source(**columns: list[object]) -> Source:
+    return Source.from_frame(pd.DataFrame(columns, dtype=object), "people.csv")
+
+
+def problems(src: Source, key: str = "Name", mode: str = "upsert") -> list[str]:
+    with pytest.raises(ValidationReport) as caught:
+        validate(src, TABLE, Key.parse(key, TABLE), mode=mode)
+    assert isinstance(caught.value, InputError)
+    assert "nothing was written" in str(caught.value)
+    return [str(p) for p in caught.value.problems]
+
+
+def test_every_problem_is_reported_at_once_by_spreadsheet_row() -> None:
+    found = problems(source(
+        Name=["Ann", "Bo", "Ann", "", "Cy"],
+        Age=["1", "old", "3", "4", "5"],
+        Status=["active", "gone", "paused", "active", ""],
+        Born=["2024-01-01", "", "2024-13-01", "", ""],
+        Shoe=["", "", "", "", ""],
+    ))
+    assert found == [
+        "row 1, column 'Shoe': not a column of table 'People' (columns: Name, Age, Status, Born)",
+        "row 2, column 'Name', value 'Ann': duplicate key: also on row(s) 4",
+        "row 3, column 'Age', value 'old': not a number",
+        "row 3, column 'Status', value 'gone': not one of the options: 'active', 'paused'",
+        "row 4, column 'Born', value '2024-13-01': not a date (use YYYY-MM-DD or an Excel date)",
+        "row 4, column 'Name', value 'Ann': duplicate key: also on row(s) 2",
+        "row 5, column 'Name': the key is empty",
+    ]
+
+
+def test_required_values_and_columns() -> None:
+    table_key = "Age"
+    found = problems(source(Name=["Ann", None], Age=["1", "2"]), key=table_key)
+    assert found == ["row 3, column 'Name': a value is required"]
+    missing = problems(source(Age=["1"]), key="Age")
+    assert missing == [
+        "row 1, column 'Name': required column missing from the source (needed to create rows "
+        "in mode 'upsert'; use --mode update to change existing rows only)"
+    ]
+    assert validate(source(Age=["1"]), TABLE, Key.parse("Age", TABLE), mode="update").columns == ("Age",)
+
+
+def test_multi_column_keys_and_row_ids() -> None:
+    found = problems(source(Name=["Ann", "Ann", "Ann"], Age=["1", "1.0", "2"]), key="Name,Age")
+    assert found[0].startswith("row 2, column 'Name, Age', value ('Ann', 1.0): duplicate key")
+    assert len(found) == 2
+    by_id = Key.parse("id", TABLE)
+    assert by_id.by_id and by_id.columns == ("_id",)
+    ok = validate(source(id=["row_1"], Age=["3"]), TABLE, by_id, mode="update")
+    assert ok.frame.columns.tolist() == ["_id", "Age"]
+    assert problems(source(_id=["row_1", ""], Age=["3", "4"]), key="id", mode="update") == [
+        "row 3, column 'id': the key is empty"
+    ]
+
+
+def test_export_system_columns_are_ignored_not_unknown() -> None:
+    ok = validate(
+        source(_id=["row_1"], _created_at=["x"], _updated_at=["y"], Name=["Ann"]),
+        TABLE, Key.parse("Name", TABLE),
+    )
+    assert ok.ignored == ("_id", "_created_at", "_updated_at")
+    assert ok.columns == ("Name",)
+
+
+def test_a_bad_key_option_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="no column 'Nope'"):
+        Key.parse("Nope", TABLE)
+    with pytest.raises(ConfigError, match="distinct"):
+        Key.parse("Name,Name", TABLE)
