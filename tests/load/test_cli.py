@@ -1,0 +1,283 @@
+"""`connector export` and `connector load` end to end: reference server over HTTP -> files/SQL."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+import psycopg
+import pyarrow.parquet as pq
+import pytest
+import sqlalchemy as sa
+from click.testing import CliRunner, Result
+
+from connector.cli import main
+from tests.fixtures.server import RunningServer, ServerFactory
+from tests.load.samples import kill_when
+
+SPEC = {
+    "name": "orders",
+    "columns": [
+        {"name": "Name", "type": "text", "required": True},
+        {"name": "Status", "type": "choice", "options": ["open", "on hold", "closed"]},
+        {"name": "Amount", "type": "number"},
+        {"name": "Paid", "type": "checkbox"},
+        {"name": "Due", "type": "date"},
+        {"name": "Order Date", "type": "text"},
+    ],
+}
+FIELDS: list[dict[str, Any]] = [
+    {"Name": "Ada", "Status": "open", "Amount": 12.5, "Paid": True, "Due": "2024-03-31",
+     "Order Date": "March"},
+    {"Name": 'quote " comma , newline \n', "Status": "on hold", "Amount": -3, "Paid": False,
+     "Due": "1970-01-01", "Order Date": ""},
+    {"Name": "Empty cells"},  # every optional cell null
+]
+#: What each row reads back as, by Name: (Status, Amount, Paid, Due, Order Date).
+EXPECTED = {
+    "Ada": ("open", 12.5, True, date(2024, 3, 31), "March"),
+    # the reference server stores an empty string as an empty cell
+    'quote " comma , newline \n': ("on hold", -3.0, False, date(1970, 1, 1), None),
+    "Empty cells": (None, None, None, None, None),
+}
+
+
+@pytest.fixture
+def orders(server: RunningServer) -> tuple[RunningServer, str, list[dict[str, Any]]]:
+    table_id = server.create_table(SPEC)
+    return server, table_id, server.insert_rows(table_id, FIELDS)
+
+
+def run(server: RunningServer, *args: str, key: str | None = None) -> Result:
+    env = {"CONNECTOR_API_KEY": key or server.api_key, "CONNECTOR_BASE_URL": server.base_url}
+    return CliRunner().invoke(main, list(args), env=env)
+
+
+def cells(frame: pd.DataFrame) -> dict[str, tuple[Any, ...]]:
+    columns = ["Status", "Amount", "Paid", "Due", "Order Date"]
+    return {
+        row["Name"]: tuple(None if pd.isna(row[c]) else row[c] for c in columns)
+        for row in frame.to_dict("records")
+    }
+
+
+def test_export_to_parquet_keeps_every_type(orders: tuple[RunningServer, str, Any], tmp_path: Path) -> None:
+    server, table_id, rows = orders
+    result = run(server, "export", "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert "1 of 1 tables exported, 3 rows" in result.output
+    path = tmp_path / "orders.parquet"
+
+    frame = pd.read_parquet(path)
+    assert {c: str(t) for c, t in frame.dtypes.items()} == {
+        "_id": "string", "_created_at": "datetime64[us, UTC]", "_updated_at": "datetime64[us, UTC]",
+        "Name": "string", "Status": "category", "Amount": "Float64", "Paid": "boolean",
+        "Due": "date32[day][pyarrow]", "Order Date": "string",
+    }
+    assert list(frame["Status"].cat.categories) == ["open", "on hold", "closed"]
+    assert cells(frame) == EXPECTED
+    assert sorted(frame["_id"]) == sorted(r["id"] for r in rows)
+    created = {r["id"]: datetime.fromisoformat(r["created_at"]) for r in rows}
+    assert {i: t.to_pydatetime() for i, t in zip(frame["_id"], frame["_created_at"], strict=True)} == created
+
+    meta = pq.read_schema(path).metadata
+    assert meta[b"connector.table_id"].decode() == table_id
+    assert meta[b"connector.table_name"] == b"orders"
+    types = duckdb.sql(f"SELECT Status, Amount, Paid, Due, _created_at FROM '{path}'").types
+    assert list(map(str, types)) == ["VARCHAR", "DOUBLE", "BOOLEAN", "DATE", "TIMESTAMP WITH TIME ZONE"]
+
+
+def test_export_csv_of_chosen_tables_with_a_json_summary(
+    orders: tuple[RunningServer, str, Any], tmp_path: Path
+) -> None:
+    server, table_id, _ = orders
+    server.create_table({"name": "other", "columns": [{"name": "x", "type": "text"}]})
+    result = run(server, "export", "--out", str(tmp_path), "--format", "csv", "--table", table_id,
+                 "--json", "--page-size", "2")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert (summary["rows"], summary["ok"], summary["skipped"], summary["failed"]) == (3, 1, 0, 0)
+    assert [(t["name"], t["status"], t["rows"]) for t in summary["tables"]] == [("orders", "ok", 3)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["orders.csv"]
+    frame = pd.read_csv(tmp_path / "orders.csv", keep_default_na=False, na_values={"Amount": [""]})
+    assert len(frame) == 3 and set(frame["Name"]) == set(EXPECTED)
+
+
+@pytest.mark.parametrize("warehouse", ["sqlite", "postgresql"])
+def test_load_to_sql_keeps_every_type(
+    orders: tuple[RunningServer, str, Any], warehouse: str, tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    server, _, rows = orders
+    url = (f"sqlite:///{tmp_path / 'w.db'}" if warehouse == "sqlite"
+           else str(request.getfixturevalue("postgres_db")))
+    result = run(server, "load", "--to", url)
+    assert result.exit_code == 0, result.output
+    engine = sa.create_engine(url)
+    try:
+        table = sa.Table("orders", sa.MetaData(), autoload_with=engine)
+        with engine.connect() as conn:
+            got = conn.execute(sa.select(table)).mappings().all()
+    finally:
+        engine.dispose()
+    assert isinstance(table.c["Amount"].type, sa.Float)
+    assert isinstance(table.c["Paid"].type, sa.Boolean)
+    assert isinstance(table.c["Due"].type, sa.Date)
+    assert isinstance(table.c["_created_at"].type, sa.DateTime)
+    assert {r["Name"]: (r["Status"], r["Amount"], r["Paid"], r["Due"], r["Order Date"])
+            for r in got} == EXPECTED
+    assert sorted(r["_id"] for r in got) == sorted(r["id"] for r in rows)
+
+
+def test_load_merge_applies_upstream_changes(
+    orders: tuple[RunningServer, str, Any], tmp_path: Path
+) -> None:
+    server, table_id, rows = orders
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    assert run(server, "load", "--to", url).exit_code == 0
+    with server.client() as http:
+        http.patch(f"/tables/{table_id}/rows/{rows[0]['id']}", json={"fields": {"Amount": 99}}).raise_for_status()
+    server.insert_rows(table_id, [{"Name": "Newcomer"}])
+    result = run(server, "load", "--to", url, "--mode", "merge")
+    assert result.exit_code == 0, result.output
+    with sa.create_engine(url).connect() as conn:
+        got = dict(conn.exec_driver_sql('SELECT "Name", "Amount" FROM orders').fetchall())
+    assert got == {"Ada": 99.0, 'quote " comma , newline \n': -3.0, "Empty cells": None,
+                   "Newcomer": None}
+
+
+def test_a_table_the_key_may_not_read_is_skipped_with_exit_3(
+    orders: tuple[RunningServer, str, Any], tmp_path: Path
+) -> None:
+    server, orders_id, _ = orders
+    secret_id = server.create_table({"name": "secret", "columns": [{"name": "x", "type": "text"}]})
+    scoped = server.create_key(read_only=True, tables=[orders_id])
+    result = run(server, "export", "--out", str(tmp_path), "--table", "orders",
+                 "--table", secret_id, "--json", key=scoped)
+    assert result.exit_code == 3, result.output
+    summary = json.loads(result.stdout)
+    assert [(t["id"], t["status"]) for t in summary["tables"]] == [(secret_id, "skipped"), (orders_id, "ok")]
+    assert "403" in summary["tables"][0]["error"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["orders.parquet"]
+    assert scoped not in result.output
+
+
+def test_a_bad_key_fails_with_exit_1_without_showing_the_key(
+    orders: tuple[RunningServer, str, Any], tmp_path: Path
+) -> None:
+    server, _, _ = orders
+    result = run(server, "export", "--out", str(tmp_path), key="wrong-key-123456")
+    assert result.exit_code == 1
+    assert "401" in result.output
+    assert "wrong-key-123456" not in result.output
+    assert "Traceback" not in result.output
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["export", "--out", "{tmp}", "--table", "no such table"],
+        ["load", "--to", "nosuchdb://user:secret-pw@host/db"],
+        ["export", "--out", "{tmp}", "--page-size", "5000"],
+        ["load", "--to", "sqlite:///{tmp}/w.db", "--mode", "upsert"],
+    ],
+)
+def test_usage_and_configuration_errors_exit_2(
+    orders: tuple[RunningServer, str, Any], tmp_path: Path, args: list[str]
+) -> None:
+    server, _, _ = orders
+    result = run(server, *(a.replace("{tmp}", str(tmp_path)) for a in args))
+    assert result.exit_code == 2, result.output
+    assert "secret-pw" not in result.output
+    assert not any(tmp_path.iterdir())
+
+
+def test_an_unreachable_database_fails_before_reading_the_api(
+    orders: tuple[RunningServer, str, Any],
+) -> None:
+    server, _, _ = orders
+    result = run(server, "load", "--to", "postgresql://nobody:pw-xyz@127.0.0.1:1/db")
+    assert result.exit_code == 1
+    assert "connecting" in result.output and "pw-xyz" not in result.output
+
+
+def test_export_through_500s_429s_and_latency_equals_a_clean_export(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    server = server_factory(seed=7)
+    table_id = server.create_table(SPEC)
+    server.insert_rows(table_id, [{"Name": f"n{i}", "Amount": i, "Status": "open"} for i in range(1500)])
+    assert run(server, "export", "--out", str(tmp_path / "clean")).exit_code == 0
+    server.options.update(fail_rate=0.1, throttle_rate=0.1, latency_ms=5)
+    server.restart()
+    result = run(server, "export", "--out", str(tmp_path / "faulty"))
+    assert result.exit_code == 0, result.output
+    clean = pq.read_table(tmp_path / "clean" / "orders.parquet")
+    faulty = pq.read_table(tmp_path / "faulty" / "orders.parquet")
+    assert faulty.num_rows == 1500
+    assert faulty.equals(clean)
+
+
+def cli(server: RunningServer, *args: str) -> list[str]:
+    return [sys.executable, "-m", "connector", *args, "--base-url", server.base_url]
+
+
+@pytest.fixture
+def slow_orders(server_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch) -> RunningServer:
+    """A server whose every request takes 100 ms, with 4,000 rows: a read of a few seconds."""
+    server = server_factory(latency_ms=100)
+    table_id = server.create_table(SPEC)
+    server.insert_rows(table_id, [{"Name": f"n{i}", "Amount": i} for i in range(4000)])
+    monkeypatch.setenv("CONNECTOR_API_KEY", server.api_key)
+    return server
+
+
+def test_killed_export_keeps_the_previous_file_and_a_rerun_works(
+    slow_orders: RunningServer, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    previous = out / "orders.parquet"
+    previous.write_bytes(b"the previous export")
+    kill_when(cli(slow_orders, "export", "--out", str(out)),
+              lambda: any(p.name.endswith(".partial") for p in out.iterdir()))
+    assert previous.read_bytes() == b"the previous export"
+    assert run(slow_orders, "export", "--out", str(out), "--page-size", "1000").exit_code == 0
+    assert pq.read_table(previous).num_rows == 4000
+
+
+def test_killed_load_keeps_the_previous_table_and_a_rerun_works(
+    slow_orders: RunningServer, postgres_db: str
+) -> None:
+    engine = sa.create_engine(postgres_db)
+    with engine.begin() as conn:
+        conn.exec_driver_sql('CREATE TABLE orders ("Name" text)')
+        conn.exec_driver_sql("INSERT INTO orders VALUES ('previous')")
+    dsn = sa.make_url(postgres_db).set(drivername="postgresql").render_as_string(hide_password=False)
+
+    def copying() -> bool:  # the load is inside its COPY: mid-replace
+        with psycopg.connect(dsn) as conn:
+            found = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY%' AND pid <> pg_backend_pid()"
+            ).fetchone()
+        return bool(found and found[0])
+
+    kill_when(cli(slow_orders, "load", "--to", postgres_db), copying)
+    try:
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql('SELECT "Name" FROM orders').fetchall() == [("previous",)]
+        assert run(slow_orders, "load", "--to", postgres_db, "--page-size", "1000").exit_code == 0
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT count(*) FROM orders").scalar_one() == 4000
+            tables = conn.exec_driver_sql(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+            ).scalars().all()
+        assert tables == ["orders"]
+    finally:
+        engine.dispose()
