@@ -7,11 +7,13 @@
 5. runs ``configs/demo.toml`` again: incremental, it picks up exactly those changes;
 6. prints where everything is, stops the server, exits 0.
 
-Outputs go to ``demo-out/`` (recreated on every run, ignored by git).
+Outputs go to ``demo-out/`` (recreated on every run, ignored by git). ``--workdir DIR`` runs
+the demo on copies of its configs under DIR instead (the tests do), touching nothing else.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import secrets
@@ -22,54 +24,73 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
 from connector.api import Client
-from connector.jobs.cli import _text_event
+from connector.jobs.cli import describe_event
 from connector.jobs.config import load_job
 from connector.jobs.runner import RunSummary, run_job
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ROOT / "configs"
-OUT = ROOT / "demo-out"
+DEMO_FILES = ("demo.toml", "demo-push.toml", "demo-products.csv")
 STARTUP_TIMEOUT = 30.0
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m connector.demo", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--workdir", type=Path, default=None, help="run on copies of the configs here"
+    )
+    args = parser.parse_args(argv)
     began = time.monotonic()
-    if OUT.exists():
-        shutil.rmtree(OUT)
-    OUT.mkdir()
+    root = ROOT if args.workdir is None else args.workdir.resolve()
+    configs, out = root / "configs", root / "demo-out"
+    if root != ROOT:
+        configs.mkdir(parents=True, exist_ok=True)
+        for name in DEMO_FILES:
+            shutil.copy(ROOT / "configs" / name, configs / name)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir()
     key = secrets.token_urlsafe(24)
-    with _server(key) as base_url:
+    with _server(key, out) as base_url:
         os.environ["CONNECTOR_BASE_URL"] = base_url
         os.environ["CONNECTOR_API_KEY"] = key
-        sync_job = load_job(CONFIGS / "demo.toml")
-        push_job = load_job(CONFIGS / "demo-push.toml")
+        sync_job = load_job(configs / "demo.toml")
+        push_job = load_job(configs / "demo-push.toml")
 
         _step("1. Full sync: every table to Parquet and SQLite", "connector sync configs/demo.toml")
-        first = _check(run_job(sync_job, report=_text_event))
+        first = _check(run_job(sync_job, report=_show))
 
         _step(
             "2. The price list's plan (dry run)", "connector sync configs/demo-push.toml --dry-run"
         )
-        _check(run_job(push_job, dry_run=True, report=_text_event))
+        _check(run_job(push_job, dry_run=True, report=_show))
 
         _step("3. Push it", "connector sync configs/demo-push.toml")
-        _check(run_job(push_job, report=_text_event))
+        _check(run_job(push_job, report=_show))
 
         _step("4. Meanwhile a ticket is deleted in the app", "DELETE /tables/{Tickets}/rows/{id}")
         ticket = _delete_one_ticket(base_url, key)
         print(f"  deleted ticket {ticket}", flush=True)
 
         _step("5. Incremental sync: only what changed", "connector sync configs/demo.toml")
-        second = _check(run_job(sync_job, report=_text_event))
+        second = _check(run_job(sync_job, report=_show))
 
-    _summary(first, second, time.monotonic() - began)
+    _summary(first, second, out, root, time.monotonic() - began)
     return 0
+
+
+def _show(event: str, **fields: Any) -> None:
+    line = describe_event(event, **fields)
+    if line is not None and event != "start":
+        print(line, flush=True)
 
 
 def _step(title: str, command: str) -> None:
@@ -92,9 +113,9 @@ def _delete_one_ticket(base_url: str, key: str) -> str:
         return row.id
 
 
-def _summary(first: RunSummary, second: RunSummary, seconds: float) -> None:
-    parquet = OUT / "parquet"
-    database = OUT / "demo.db"
+def _summary(first: RunSummary, second: RunSummary, out: Path, root: Path, seconds: float) -> None:
+    parquet = out / "parquet"
+    database = out / "demo.db"
     print("\n== What happened")
     print(
         f"  first sync:  {sum(t.rows_written for t in first.tables)} rows in {len(first.tables)} tables"
@@ -119,21 +140,24 @@ def _summary(first: RunSummary, second: RunSummary, seconds: float) -> None:
     engine.dispose()
     print(f"  SQLite row counts: {', '.join(f'{t} {n}' for t, n in counts.items())}")
     print("\n== Outputs")
-    print(f"  Parquet files  {parquet.relative_to(ROOT)}/*.parquet")
-    print(f"  SQLite         {database.relative_to(ROOT)}")
-    print(f"  job state      {(OUT / 'state').relative_to(ROOT)}/demo.state.json")
-    print(f"  server log     {(OUT / 'server.log').relative_to(ROOT)}")
+    print(f"  Parquet files  {parquet.relative_to(root)}/*.parquet")
+    print(f"  SQLite         {database.relative_to(root)}")
+    print(f"  job state      {(out / 'state').relative_to(root)}/demo.state.json")
+    print(f"  server log     {(out / 'server.log').relative_to(root)}")
+    orders = (parquet / "Orders.parquet").relative_to(root)
+    look = f"import pandas as pd; print(pd.read_parquet('{orders}')['Status'].value_counts())"
+    print(f'\n  try:  .venv/bin/python -c "{look}"')
     print(f"\ndemo finished in {seconds:.1f}s")
 
 
 @contextlib.contextmanager
-def _server(key: str) -> Iterator[str]:
+def _server(key: str, out: Path) -> Iterator[str]:
     """`connector serve --demo` on a free port, with `key` registered; stopped on exit."""
     port = _free_port()
-    log = (OUT / "server.log").open("wb")
+    log = (out / "server.log").open("wb")
     env = {**os.environ, "CONNECTOR_DEMO_KEY": key}
     argv = [sys.executable, "-m", "connector", "serve", "--demo", "--port", str(port),
-            "--db", str(OUT / "workspace.db")]  # fmt: skip
+            "--db", str(out / "workspace.db")]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     base_url = f"http://127.0.0.1:{port}/v1"
     try:

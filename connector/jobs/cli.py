@@ -13,7 +13,7 @@ from connector.errors import ConnectorError
 from connector.jobs.config import load_job
 from connector.jobs.runner import RunSummary, run_job
 
-__all__ = ["sync"]
+__all__ = ["describe_event", "sync"]
 
 
 @click.command()
@@ -89,15 +89,27 @@ def _json_event(event: str, **fields: Any) -> None:
 
 
 def _text_event(event: str, **fields: Any) -> None:
+    line = describe_event(event, **fields)
+    if line is not None:
+        click.echo(line, err=True)
+
+
+def describe_event(event: str, **fields: Any) -> str | None:
+    """A run's progress event as the line (or lines) a person reads; None for quiet ones."""
     if event == "table":
-        click.echo(f"  {_table_line(fields)}", err=True)
-    elif event == "push":
-        click.echo(f"  {_push_line(fields)}", err=True)
-    elif event == "note":
-        click.echo(f"  {fields['table']}: {fields['note']}", err=True)
-    elif event == "start":
+        return f"  {_table_line(fields)}"
+    if event == "push":
+        plan = fields.get("plan")
+        head = f"  {_push_line(fields)}"
+        return (
+            head if not plan else head + "\n" + "\n".join(f"    {ln}" for ln in plan.splitlines())
+        )
+    if event == "note":
+        return f"  {fields['table']}: {fields['note']}"
+    if event == "start":
         dry = " (dry run: nothing is written)" if fields["dry_run"] else ""
-        click.echo(f"job {fields['job']}{dry}", err=True)
+        return f"job {fields['job']}{dry}"
+    return None
 
 
 def _table_line(t: dict[str, Any]) -> str:

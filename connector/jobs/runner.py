@@ -89,6 +89,8 @@ class PushResult:
     deleted: int = 0
     unchanged: int = 0
     error: str | None = None
+    #: On a dry run, the plan as a person reads it (counts, a sample of each change).
+    plan: str | None = None
 
 
 @dataclass(frozen=True)
@@ -436,26 +438,37 @@ class _Spool:
 
 
 def _push(client: Client, spec: PushSpec, dry_run: bool, emit: Reporter) -> PushResult:
-    from connector.push import push
+    from connector.push import push  # pandas-heavy; only jobs that push pay for it
+    from connector.push.report import describe_plan
 
     try:
         result = push(
-            client, spec.file, table=spec.table, key=list(spec.key), mode=spec.mode, dry_run=dry_run
+            client,
+            spec.file,
+            table=spec.table,
+            key=list(spec.key),
+            mode=spec.mode,
+            sheet=spec.sheet,
+            dry_run=dry_run,
+            progress=False,
         )
     except ConfigError:
         raise
-    except ConnectorError as exc:
+    except ConnectorError as exc:  # invalid spreadsheet (nothing written), API failure
         out = PushResult(str(spec.file), spec.table, "failed", error=str(exc))
     else:
         counts = result.plan.counts if dry_run else result.applied
+        rejected = len(result.rejected)
         out = PushResult(
             str(spec.file),
             spec.table,
-            "planned" if dry_run else "ok",
+            "failed" if rejected else "planned" if dry_run else "ok",
             created=counts.created,
             updated=counts.updated,
             deleted=counts.deleted,
             unchanged=counts.unchanged,
+            error=f"the server rejected {rejected} rows" if rejected else None,
+            plan=describe_plan(result.plan) if dry_run else None,
         )
     emit("push", **asdict(out))
     return out
