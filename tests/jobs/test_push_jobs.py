@@ -1,0 +1,51 @@
+"""[[push]] jobs: a spreadsheet into a table, planned on --dry-run, applied otherwise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.jobs.conftest import Workspace
+
+PUSH = '[[push]]\nfile = "people.csv"\ntable = "People"\nkey = "Name"\n'
+
+
+def names_and_scores(ws: Workspace) -> dict[str, float | None]:
+    rows = ws.api("GET", f"/tables/{ws.people}/rows", params={"limit": 1000})["rows"]
+    return {r["fields"]["Name"]: r["fields"].get("Score") for r in rows}
+
+
+def test_a_push_job_plans_on_dry_run_and_applies_otherwise(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    (tmp_path / "people.csv").write_text("Name,Score\nP001,41\nP002,2\nNew One,7\n")
+    job = workspace.job(PUSH)
+
+    planned = workspace.run(job, dry_run=True)
+
+    (push,) = planned.pushes
+    assert (push.status, push.created, push.updated, push.unchanged) == ("planned", 1, 1, 1)
+    assert push.plan is not None and "Score: 1 → 41" in push.plan
+    assert names_and_scores(workspace)["P001"] == 1.0  # nothing written
+    assert not (tmp_path / "job.state.json").exists()
+
+    applied = workspace.run(job)
+
+    (push,) = applied.pushes
+    assert (applied.exit_code, push.status, push.created, push.updated) == (0, "ok", 1, 1)
+    after = names_and_scores(workspace)
+    assert (after["P001"], after["P002"], after["New One"]) == (41.0, 2.0, 7.0)
+    assert len(after) == 11
+
+
+def test_a_bad_spreadsheet_fails_the_push_and_writes_nothing(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    (tmp_path / "people.csv").write_text("Name,Score\nP001,41\nP003,lots\n")
+    job = workspace.job(PUSH)
+
+    summary = workspace.run(job)
+
+    (push,) = summary.pushes
+    assert (summary.status, summary.exit_code, push.status) == ("failed", 1, "failed")
+    assert push.error is not None and "Score" in push.error and "lots" in push.error
+    assert names_and_scores(workspace)["P001"] == 1.0
