@@ -20,13 +20,12 @@ from collections.abc import Collection, Iterable, Iterator
 from typing import Any, Literal, get_args
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from connector.errors import ConfigError, DestinationError
-from connector.load.csv import plain_schema
-from connector.load.parquet import conform
 from connector.schema import Table, arrow_schema
 
 __all__ = ["MODES", "Mode", "connect", "delete_ids", "load_table", "sql_table"]
@@ -109,15 +108,23 @@ def sql_table(table: Table, schema: pa.Schema, name: str) -> sa.Table:
 
 
 def _replace(conn: sa.Connection, target: sa.Table, batches: Iterable[pa.RecordBatch]) -> int:
+    # With COPY the key is added after the load: one bulk index build beats a per-row one.
+    late_key = _copy_capable(conn)
     staging = sa.Table(
         f"_connector_staging_{secrets.token_hex(6)}",
         sa.MetaData(),
-        *(sa.Column(c.name, c.type, primary_key=c.primary_key, quote=True) for c in target.columns),
+        *(
+            sa.Column(c.name, c.type, primary_key=c.primary_key and not late_key, quote=True)
+            for c in target.columns
+        ),
         quote=True,
     )
     staging.create(conn)
     rows = _insert(conn, staging, batches)
     quote = conn.dialect.identifier_preparer.quote_identifier
+    if late_key:
+        key = ", ".join(quote(c.name) for c in target.primary_key.columns)
+        conn.exec_driver_sql(f"ALTER TABLE {quote(staging.name)} ADD PRIMARY KEY ({key})")
     if sa.inspect(conn).has_table(target.name):
         conn.exec_driver_sql(f"DROP TABLE {quote(target.name)}")
     conn.exec_driver_sql(f"ALTER TABLE {quote(staging.name)} RENAME TO {quote(target.name)}")
@@ -145,17 +152,30 @@ def _copy(conn: sa.Connection, target: sa.Table, batches: Iterable[pa.RecordBatc
     names = [c.name for c in target.columns]
     sql = f"COPY {quote(target.name)} ({', '.join(map(quote, names))}) FROM STDIN (FORMAT csv)"
     options = pacsv.WriteOptions(include_header=False)
-    schema: pa.Schema | None = None
     rows = 0
     raw: Any = conn.connection.driver_connection
     with raw.cursor() as cursor, cursor.copy(sql) as copy:
         for batch in batches:
-            schema = schema or plain_schema(pa.schema([batch.schema.field(n) for n in names]))
             sink = pa.BufferOutputStream()
-            pacsv.write_csv(conform(batch, schema), sink, options)
+            pacsv.write_csv(_csv_ready(batch, names), sink, options)
             copy.write(sink.getvalue())
             rows += batch.num_rows
     return rows
+
+
+def _csv_ready(batch: pa.RecordBatch, names: list[str]) -> pa.RecordBatch:
+    """Columns as COPY reads them: choices as text, and timestamps as UTC text ending in
+    ``+00`` (Arrow's time-zone-aware CSV formatting is about 30 times slower)."""
+    columns = []
+    for name in names:
+        column = batch.column(name)
+        if pa.types.is_dictionary(column.type):
+            column = column.cast(column.type.value_type)
+        elif pa.types.is_timestamp(column.type) and column.type.tz is not None:
+            utc = column.cast(pa.timestamp(column.type.unit)).cast(pa.string())
+            column = pc.binary_join_element_wise(utc, "+00", "")
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, names=names)
 
 
 def _merge(conn: sa.Connection, target: sa.Table, batches: Iterable[pa.RecordBatch]) -> int:
