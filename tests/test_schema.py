@@ -1,0 +1,87 @@
+"""The one type table, and the Arrow schema and frame it gives a table."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from connector.schema import (
+    TYPES,
+    Column,
+    Table,
+    UnknownColumnTypeWarning,
+    arrow_schema,
+    column_type,
+    frame_from_arrow,
+)
+
+TABLE = Table.from_api({
+    "id": "tbl_1",
+    "name": "People",
+    "columns": [
+        {"id": "col_Name", "name": "Name", "type": "text", "required": True},
+        {"id": "col_Status", "name": "Status", "type": "choice", "options": ["a", "b"]},
+        {"id": "col_id", "name": "id", "type": "number"},
+        {"id": "col__id", "name": "_id", "type": "text"},
+    ],
+})
+
+
+def test_each_api_type_has_one_arrow_pandas_and_sql_type() -> None:
+    assert set(TYPES) == {"text", "choice", "number", "checkbox", "date"}
+    assert TYPES["number"].arrow == pa.float64()
+    assert TYPES["checkbox"].pandas == pd.BooleanDtype()
+    assert TYPES["date"].arrow == pa.date32()
+
+
+def test_an_unknown_type_is_text_and_warned_about_once_per_schema() -> None:
+    spec = {"id": "t", "name": "T", "columns": [{"name": "A", "type": "geo"}, {"name": "B", "type": "geo"},
+                                              {"name": "C", "type": "rating"}]}
+    with pytest.warns(UnknownColumnTypeWarning) as caught:
+        table = Table.from_api(spec)
+    assert len(caught) == 1
+    assert "'geo'" in str(caught[0].message) and "'rating'" in str(caught[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert table.column("A").arrow_type == pa.string()  # using it is silent
+        assert column_type("geo") is TYPES["text"]
+
+
+def test_system_columns_make_way_for_user_columns() -> None:
+    assert TABLE.system_names() == {"id": "__id", "created_at": "_created_at", "updated_at": "_updated_at"}
+    schema = arrow_schema(TABLE)
+    assert schema.names == ["__id", "_created_at", "_updated_at", "Name", "Status", "id", "_id"]
+    assert schema.field("_created_at").type == pa.timestamp("us", tz="UTC")
+
+
+def test_the_arrow_schema_says_where_it_came_from() -> None:
+    schema = arrow_schema(TABLE, ["Status"])
+    assert schema.metadata[b"connector.table_id"] == b"tbl_1"
+    assert schema.metadata[b"connector.table_name"] == b"People"
+    status = schema.field("Status")
+    assert status.type == pa.dictionary(pa.int32(), pa.string())
+    assert json.loads(status.metadata[b"connector.options"]) == ["a", "b"]
+    assert status.metadata[b"connector.type"] == b"choice"
+
+
+def test_a_frame_keeps_every_choice_option_and_the_selected_columns() -> None:
+    schema = arrow_schema(TABLE, ["Status"])
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array(["row_1"]), pa.array([None], schema.field(1).type), pa.array([None], schema.field(2).type),
+         pa.DictionaryArray.from_arrays(pa.array([0], pa.int32()), pa.array(["a", "b"]))],
+        schema=schema,
+    )
+    frame = frame_from_arrow([batch], TABLE)
+    assert list(frame.columns) == ["__id", "_created_at", "_updated_at", "Status"]
+    assert list(frame["Status"].cat.categories) == ["a", "b"]
+    assert frame["__id"].dtype == pd.StringDtype()
+
+
+def test_a_column_from_the_api_keeps_required_and_options() -> None:
+    column = Column.from_api({"name": "S", "type": "choice", "options": ["x"], "required": True})
+    assert (column.id, column.required, column.options) == ("col_S", True, ("x",))
+    assert column.pandas_dtype == pd.CategoricalDtype(["x"])
