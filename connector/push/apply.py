@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import time
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -97,15 +97,9 @@ async def apply_plan(
     started = time.perf_counter()
     creates = list(plan.creates)
     ids = [d.id for d in plan.deletes]
-    async with asyncio.TaskGroup() as group:
-        for batch in _chunks(creates, MAX_BULK_ROWS):
-            group.create_task(run.create(batch))
-    async with asyncio.TaskGroup() as group:
-        for update in plan.updates:
-            group.create_task(run.update(update))
-    async with asyncio.TaskGroup() as group:
-        for chunk in _chunks(ids, MAX_BULK_ROWS):
-            group.create_task(run.delete(chunk))
+    await _all(run.create(batch) for batch in _chunks(creates, MAX_BULK_ROWS))
+    await _all(run.update(update) for update in plan.updates)
+    await _all(run.delete(chunk) for chunk in _chunks(ids, MAX_BULK_ROWS))
     return PushResult(
         plan=plan,
         created=run.created,
@@ -169,7 +163,7 @@ class _Run:
             self._reject(batch[0].row, None, batch[0].fields, exc)
             return
         middle = len(batch) // 2
-        await asyncio.gather(self.create(batch[:middle]), self.create(batch[middle:]))
+        await _all([self.create(batch[:middle]), self.create(batch[middle:])])
 
     async def _still_missing(self, batch: list[Create]) -> list[Create]:
         """Re-read the table; count the batch's rows that made it, return the others."""
@@ -235,6 +229,19 @@ def write_rejects(path: str | Path, rejected: Sequence[Rejected], columns: Seque
             cells = ["" if r.fields.get(c) is None else r.fields[c] for c in columns]
             writer.writerow([r.row or "", r.id or "", r.column or "", r.message, *cells])
     aside.replace(target)
+
+
+async def _all(steps: Iterable[Coroutine[Any, Any, None]]) -> None:
+    """Run `steps` concurrently; the first failure cancels the rest and is raised as itself."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            for step in steps:
+                group.create_task(step)
+    except BaseExceptionGroup as failed:
+        first: BaseException = failed
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first from None
 
 
 def _key_set(live: Live, key: Sequence[str]) -> set[tuple[Any, ...]]:

@@ -85,21 +85,24 @@ def _read_csv(path: Path) -> Source:
     if not text.strip():
         raise SourceError(f"{path}: the file is empty")
     delimiter = _sniff_delimiter(text)
-    header = next(csv.reader(io.StringIO(text), delimiter=delimiter))
-    _check_header([h.strip() for h in header], path)
     try:
-        frame = pd.read_csv(
+        # No header row for pandas: a record longer than the header is then an error,
+        # where pandas would otherwise take the extra cell as an index and shift the rest.
+        cells = pd.read_csv(
             io.StringIO(text),
             sep=delimiter,
+            header=None,
             dtype=object,
             na_filter=False,
-            keep_default_na=False,
             skip_blank_lines=False,
             engine="c",
         )
     except (pd.errors.ParserError, ValueError) as exc:
         raise SourceError(f"{path}: malformed CSV: {_one_line(exc)}") from None
-    frame.columns = [str(c).strip() for c in frame.columns]
+    header = [str(h).strip() for h in cells.iloc[0].tolist()]
+    _check_header(header, path)
+    frame = cells.iloc[1:].reset_index(drop=True)
+    frame.columns = pd.Index(header)
     return _numbered(str(path), frame, first_row=2)
 
 

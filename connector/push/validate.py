@@ -202,6 +202,7 @@ def _key_problems(
             found.append((int(pos), _cell(source, int(pos), label, None, "the key is empty")))
     dupes = keys.duplicated(keep=False).to_numpy() & ~empty
     if dupes.any():
+        plain = keys.astype(object)  # Python scalars, for messages
         positions = np.flatnonzero(dupes)
         groups = keys.iloc[positions].groupby(list(key.columns), sort=False, dropna=False).indices
         for members in groups.values():
@@ -209,7 +210,7 @@ def _key_problems(
             rows = [int(source.rows[p]) for p in where]
             for pos in where:
                 others = ", ".join(str(r) for r in rows if r != source.rows[pos])
-                value = tuple(keys.iloc[int(pos)].tolist())
+                value = tuple(plain.iloc[int(pos)])
                 shown: Any = value[0] if len(value) == 1 else value
                 found.append((int(pos), _cell(
                     source, int(pos), label, shown, f"duplicate key: also on row(s) {others}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,9 @@ class Counting(httpx.AsyncBaseTransport):
         if "/rows" in path:
             self.calls[f"{request.method} {kind}"] += 1
         return await self.inner.handle_async_request(request)
+
+    def close(self) -> None:
+        """The sync `Client` closes its transport too; an in-process app holds nothing."""
 
     @property
     def writes(self) -> int:
@@ -98,16 +101,31 @@ class InProcess:
         return found
 
 
+InProcessFactory = Callable[..., InProcess]
+
+
 @pytest.fixture
-def inproc(tmp_path: Path) -> Iterator[InProcess]:
-    db = tmp_path / "push.db"
-    with contextlib.closing(Storage(str(db))) as storage:
-        key = storage.create_key()
-    app = create_app(str(db))
-    env = InProcess(db, key, Counting(httpx.ASGITransport(app=app)))
-    yield env
-    for client in env.clients:
-        client.close()
+def inproc_factory(tmp_path: Path) -> Iterator[InProcessFactory]:
+    """Start in-process servers with `create_app` fault options (fail_after_write_rate=...)."""
+    made: list[InProcess] = []
+
+    def make(**faults: Any) -> InProcess:
+        db = tmp_path / f"push{len(made)}.db"
+        with contextlib.closing(Storage(str(db))) as storage:
+            key = storage.create_key()
+        app = create_app(str(db), **faults)
+        made.append(InProcess(db, key, Counting(httpx.ASGITransport(app=app))))
+        return made[-1]
+
+    yield make
+    for env in made:
+        for client in env.clients:
+            client.close()
+
+
+@pytest.fixture
+def inproc(inproc_factory: InProcessFactory) -> InProcess:
+    return inproc_factory()
 
 
 def fields(rows: list[dict[str, Any]], *names: str) -> list[tuple[Any, ...]]:
