@@ -1,0 +1,124 @@
+"""`connector push` and `connector apply` end to end against a real server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from connector.cli import main
+from tests.fixtures.server import RunningServer
+
+SPEC = {
+    "name": "Stock",
+    "columns": [
+        {"name": "Sku", "type": "text", "required": True},
+        {"name": "Qty", "type": "number"},
+        {"name": "Kind", "type": "choice", "options": ["a", "b"]},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    running = RunningServer(tmp_path_factory.mktemp("push-cli"), {}).start()
+    yield running
+    running.stop()
+
+
+def run(server: RunningServer, *args: str) -> Result:
+    return CliRunner().invoke(
+        main, [*args, "--base-url", server.base_url], env={"CONNECTOR_API_KEY": server.api_key}
+    )
+
+
+def stock(server: RunningServer, name: str, rows: int) -> str:
+    table_id = server.create_table({**SPEC, "name": name})
+    server.insert_rows(table_id, [{"Sku": f"s{i}", "Qty": i, "Kind": "a"} for i in range(rows)])
+    return table_id
+
+
+def rows(server: RunningServer, table_id: str) -> dict[str, float]:
+    with server.client() as http:
+        found = http.get(f"/tables/{table_id}/rows", params={"limit": 1000}).json()["rows"]
+    return {r["fields"]["Sku"]: r["fields"]["Qty"] for r in found}
+
+
+def test_dry_run_shows_counts_samples_coercions_and_requests(server: RunningServer, tmp_path: Path) -> None:
+    table_id = stock(server, "dry", 5)
+    path = tmp_path / "stock.csv"
+    path.write_text("Sku;Qty;Kind\ns0;0;a\ns1;10;a\ns2;2;b\nnew;1,500;a\n", encoding="utf-8")
+    result = run(server, "push", str(path), "--table", "dry", "--key", "Sku", "--mode", "mirror",
+                 "--dry-run", "--max-delete-ratio", "0.5")
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "create 1, update 2, delete 2, unchanged 1, skipped 0" in out
+    assert "requests: 1 bulk create + 2 update + 1 bulk delete = 4" in out
+    assert "number from text: 3" in out and "number with thousands separators: 1" in out
+    assert "row 5: Sku='new', Qty=1500, Kind='a'" in out
+    assert "row 3 (" in out and "Qty: 1 → 10" in out
+    assert "Kind: 'a' → 'b'" in out
+    assert ": Sku='s3'" in out and ": Sku='s4'" in out
+    assert rows(server, table_id) == {f"s{i}": i for i in range(5)}  # nothing written
+
+
+def test_push_prints_a_summary_and_the_guard_stops_a_mass_delete(server: RunningServer, tmp_path: Path) -> None:
+    table_id = stock(server, "guard", 10)
+    path = tmp_path / "few.csv"
+    path.write_text("Sku,Qty\ns0,100\n", encoding="utf-8")
+    refused = run(server, "push", str(path), "--table", "guard", "--key", "Sku", "--mode", "mirror")
+    assert refused.exit_code == 2
+    assert "mirror would delete 9 of 10 rows" in refused.output and "--allow-delete 9" in refused.output
+    assert rows(server, table_id) == {f"s{i}": i for i in range(10)}
+    done = run(server, "push", str(path), "--table", "guard", "--key", "Sku", "--mode", "mirror",
+               "--allow-delete", "9")
+    assert done.exit_code == 0, done.output
+    assert "created 0, updated 1, deleted 9, rejected 0, requests 2" in done.output
+    assert rows(server, table_id) == {"s0": 100}
+
+
+def test_a_saved_plan_applies_once_and_refuses_when_rows_changed(server: RunningServer, tmp_path: Path) -> None:
+    table_id = stock(server, "saved", 3)
+    source = tmp_path / "stock.csv"
+    source.write_text("Sku,Qty\ns0,7\ns9,9\n", encoding="utf-8")
+    plan = tmp_path / "plan.json"
+    saved = run(server, "push", str(source), "--table", "saved", "--key", "Sku", "--plan-out", str(plan))
+    assert saved.exit_code == 0 and "connector apply" in saved.output
+    assert rows(server, table_id) == {"s0": 0, "s1": 1, "s2": 2}
+
+    applied = run(server, "apply", str(plan))
+    assert applied.exit_code == 0, applied.output
+    assert "created 1, updated 1, deleted 0" in applied.output
+    assert rows(server, table_id) == {"s0": 7, "s1": 1, "s2": 2, "s9": 9}
+
+    again = run(server, "apply", str(plan))  # its rows have changed since (by itself)
+    assert again.exit_code == 1
+    assert "changed since the plan was made" in again.output and "nothing was written" in again.output
+    assert rows(server, table_id) == {"s0": 7, "s1": 1, "s2": 2, "s9": 9}
+
+
+def test_a_plan_is_refused_when_someone_else_edits_its_rows(server: RunningServer, tmp_path: Path) -> None:
+    table_id = stock(server, "raced", 2)
+    source = tmp_path / "stock.csv"
+    source.write_text("Sku,Qty\ns0,5\n", encoding="utf-8")
+    plan = tmp_path / "plan.json"
+    assert run(server, "push", str(source), "--table", "raced", "--key", "Sku",
+               "--plan-out", str(plan)).exit_code == 0
+    with server.client() as http:
+        row = http.get(f"/tables/{table_id}/rows", params={"filter": '{"Sku": {"eq": "s0"}}'}).json()
+        http.patch(f"/tables/{table_id}/rows/{row['rows'][0]['id']}", json={"fields": {"Qty": 50}})
+    refused = run(server, "apply", str(plan))
+    assert refused.exit_code == 1 and "1 row(s)" in refused.output
+    assert rows(server, table_id) == {"s0": 50, "s1": 1}
+
+
+def test_unknown_table_and_key_are_usage_errors(server: RunningServer, tmp_path: Path) -> None:
+    stock(server, "usage", 0)
+    path = tmp_path / "s.csv"
+    path.write_text("Sku\na\n", encoding="utf-8")
+    no_table = run(server, "push", str(path), "--table", "nope", "--key", "Sku")
+    assert no_table.exit_code == 2 and "'nope'" in no_table.output
+    no_key = run(server, "push", str(path), "--table", "usage", "--key", "Size")
+    assert no_key.exit_code == 2 and "no column 'Size'" in no_key.output
