@@ -175,7 +175,7 @@ def load_job(path: str | os.PathLike[str]) -> Job:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{file}: not valid TOML: {exc}") from None
-    return _Parser(file.resolve()).job(data)
+    return _Parser(file).job(data)
 
 
 class _Section:
@@ -260,8 +260,8 @@ class _Section:
 
 class _Parser:
     def __init__(self, file: Path) -> None:
-        self.file = file
-        self.base = file.parent
+        self.file = file  # as the user spelled it, for messages
+        self.base = file.resolve().parent
 
     def error(self, where: str, what: str) -> ConfigError:
         return ConfigError(f"{self.file}: {where}: {what}")
@@ -290,7 +290,7 @@ class _Parser:
                 "destination", "missing: a job needs a [[destination]] to sync to or a [[push]]"
             )
         return Job(
-            path=self.file,
+            path=self.file.resolve(),
             name=name,
             source=source,
             tables=tables,

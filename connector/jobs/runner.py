@@ -125,7 +125,10 @@ def run_job(
     """Run `job` once. Raises ConfigError / JobLocked before doing anything; API and
     destination failures are reported in the summary (status failed or partial)."""
     emit = report or _quiet
-    base_url, key = job.source.resolve(environ)
+    try:
+        base_url, key = job.source.resolve(environ)
+    except ConfigError as exc:
+        raise ConfigError(f"{job.path}: {exc}") from None
     started = _now()
     lock = nullcontext() if dry_run else job_lock(job.lock_path, wait=wait, job=job.name)
     with lock:
@@ -317,14 +320,12 @@ class _Sync:
     ) -> None:
         changed = {**filter, "updated_at": {"gt": cursor}}
         try:
-            self.client.list_rows(table.id, limit=1, filter=changed)
-        except (BadRequest, ApiValidationError):
-            self.emit(
-                "note", table=table.name, note="server refused an updated_at filter; sorted read"
-            )
+            spool.extend(self._read(table, changed))
+        except (BadRequest, ApiValidationError) as exc:
+            if spool.rows or exc.field not in (None, "filter", "updated_at"):
+                raise
+            self.emit("note", table=table.name, note="updated_at filter refused: sorted read")
             spool.extend(self._read_sorted_until(table, filter, cursor))
-            return
-        spool.extend(self._read(table, changed))
 
     def _read_sorted_until(
         self, table: Table, filter: Mapping[str, Any], cursor: str
