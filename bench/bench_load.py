@@ -3,6 +3,9 @@
 All three load the same 200,000 rows (every column type, some nulls) into a throwaway
 PostgreSQL server this benchmark starts itself. Goals: at least 0.5x the rows/s of a bare
 COPY of the same rows from CSV, and at least 5x the rows/s of pandas' `to_sql`.
+
+The COPY bound loads a table without a key; ours also builds the ``_id`` primary key and
+swaps the table in, all in the timed transaction.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from tests.fixtures.postgres import start_postgres
 ROWS = 200_000
 #: Rows per batch, as extraction yields them.
 BATCH_ROWS = 2_000
+#: Each contender runs this many times; the best run counts.
+REPEAT = 3
 GOAL_VS_COPY = 0.5
 GOAL_VS_TO_SQL = 5.0
 
@@ -66,10 +71,16 @@ def _rows() -> pa.Table:
 
 
 def _timed(label: str, action: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    action()
-    seconds = time.perf_counter() - started
-    print(f"{label:<34} {seconds:7.2f} s  {ROWS / seconds:>10,.0f} rows/s", flush=True)
+    """Rows/s of the best of REPEAT runs (the machine is shared: the best run is the signal)."""
+    times = []
+    for _ in range(REPEAT):
+        started = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - started)
+    seconds = min(times)
+    runs = ", ".join(f"{t:.2f}" for t in times)
+    print(f"{label:<34} {seconds:6.2f} s  {ROWS / seconds:>9,.0f} rows/s  (runs: {runs} s)",
+          flush=True)
     return ROWS / seconds
 
 
@@ -96,7 +107,8 @@ def main() -> None:
                 import psycopg
 
                 with psycopg.connect(server.dsn()) as conn:
-                    conn.execute("CREATE TABLE copied (LIKE bench)")
+                    conn.execute("DROP TABLE IF EXISTS copied")
+                    conn.execute("CREATE TABLE copied (LIKE bench)")  # no key: the bare bound
                     with conn.cursor() as cur, cur.copy("COPY copied FROM STDIN (FORMAT csv)") as copy, \
                             csv_path.open("rb") as source:
                         while chunk := source.read(1 << 20):

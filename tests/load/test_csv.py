@@ -18,10 +18,10 @@ def test_csv_has_a_header_and_tells_empty_text_from_null(tmp_path: Path) -> None
     assert write_csv(batches(ROWS[1:3]), SCHEMA, path) == 2
     assert path.read_text(encoding="utf-8").splitlines() == [
         '"_id","_created_at","_updated_at","Name","Status","Amount","Paid","Due","id","created_at"',
-        '"row_2",2024-03-01 12:30:15.123456Z,2024-03-01 12:30:15.123456Z,'
+        '"row_2","2024-03-01 12:30:15.123456Z","2024-03-01 12:30:15.123456Z",'
         '"quote "" comma , newline ',
         ' end","on hold",-0.1,false,1970-01-01,"",',
-        '"row_3",2025-01-02 03:04:05.000000Z,2025-01-02 03:04:05.000000Z,"",,,,,,',
+        '"row_3","2025-01-02 03:04:05.000000Z","2025-01-02 03:04:05.000000Z","",,,,,,',
     ]
 
 
