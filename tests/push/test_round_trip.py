@@ -1,0 +1,95 @@
+"""Export → edit the file → push → export again: the second export equals the edit.
+
+The exports use the load engineer's writers (`connector.load.parquet` / `connector.load.csv`)
+fed by `connector.extract`, exactly as `connector export` does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from connector.api import Client
+from connector.extract import Extraction
+from connector.load.csv import write_csv
+from connector.load.parquet import write_parquet
+from connector.push import push
+from connector.schema import Table
+from tests.fixtures.server import ServerFactory
+from tests.push.conftest import PEOPLE
+
+USER_COLUMNS = [c["name"] for c in PEOPLE["columns"]]
+
+
+def seed(n: int) -> list[dict[str, Any]]:
+    return [
+        {"Name": f"p{i:02d}", "Zip": f"{i:05d}", "Age": i * 1.5, "Status": ["active", "paused"][i % 2],
+         "Born": (dt.date(1990, 1, 1) + dt.timedelta(days=97 * i)).isoformat(), "Member": i % 3 == 0}
+        for i in range(n)
+    ]
+
+
+def export(client: Client, table: Table, path: Path, writer: Callable[..., int]) -> None:
+    extraction = Extraction(client, table)
+    writer(extraction, extraction.schema, path)
+
+
+def normal(frame: pd.DataFrame) -> list[tuple[Any, ...]]:
+    """User columns as plain, comparable tuples sorted by key (nulls as None, dates as text)."""
+    cells = frame[USER_COLUMNS].astype(object)
+    cells = cells.where(frame[USER_COLUMNS].notna(), None)
+    return sorted(
+        tuple(str(v) if isinstance(v, dt.date) else v for v in row)
+        for row in cells.itertuples(index=False)
+    )
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_export_edit_push_export(server_factory: ServerFactory, tmp_path: Path, fmt: str) -> None:
+    server = server_factory()
+    table_id = server.create_table(PEOPLE)
+    server.insert_rows(table_id, seed(20))
+    first, second = tmp_path / f"first.{fmt}", tmp_path / f"second.{fmt}"
+
+    with Client(server.base_url, server.api_key) as client:
+        table = client.get_table(table_id)
+        if fmt == "parquet":
+            export(client, table, first, write_parquet)
+            edit = pd.read_parquet(first)
+            edit.loc[edit["Name"] == "p03", "Age"] = 1000.0
+            edit.loc[edit["Name"] == "p04", "Zip"] = None
+            edit.loc[edit["Name"] == "p05", ["Status", "Member"]] = ["active", False]
+            edit.loc[edit["Name"] == "p06", "Born"] = dt.date(2001, 2, 3)
+            new = {"Name": "p99", "Zip": "00099", "Age": 9.5, "Status": "paused",
+                   "Born": dt.date(2020, 2, 29), "Member": True}
+        else:
+            export(client, table, first, write_csv)
+            edit = pd.read_csv(first, dtype=str, keep_default_na=False)
+            edit.loc[edit["Name"] == "p03", "Age"] = "1000"
+            edit.loc[edit["Name"] == "p04", "Zip"] = ""
+            edit.loc[edit["Name"] == "p05", ["Status", "Member"]] = ["active", "false"]
+            edit.loc[edit["Name"] == "p06", "Born"] = "2001-02-03"
+            new = {"Name": "p99", "Zip": "00099", "Age": "9.5", "Status": "paused",
+                   "Born": "2020-02-29", "Member": "true"}
+        edit = edit[~edit["Name"].isin(["p10", "p11"])]
+        edit = pd.concat([edit, pd.DataFrame([new])], ignore_index=True)
+        edited = tmp_path / f"edited.{fmt}"
+        if fmt == "parquet":
+            edit.to_parquet(edited, index=False)
+        else:
+            edit.to_csv(edited, index=False)
+
+        result = push(client, edited, table=table_id, key="Name", mode="mirror")
+        assert (result.created, result.updated, result.deleted) == (1, 4, 2)
+        export(client, table, second, write_parquet if fmt == "parquet" else write_csv)
+
+    if fmt == "parquet":
+        assert normal(pd.read_parquet(second)) == normal(edit)
+    else:
+        again = pd.read_csv(second, dtype=str, keep_default_na=False)
+        assert normal(again) == normal(edit)
