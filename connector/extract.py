@@ -55,6 +55,8 @@ __all__ = [
 
 #: Pages in flight at once after the first.
 DEFAULT_CONCURRENCY = 4
+#: Finished pages that may wait for an earlier, slower one, per request in flight.
+AHEAD = 4
 #: Pages are gathered into record batches of about this many rows.
 BATCH_ROWS = 2000
 #: A read that had to resume this many times gives up (the table changes faster than we read).
@@ -318,18 +320,30 @@ class _Reader:
         step = limit - 1
         planned_end = first.total if first.total is not None else 0  # a hint, never trusted
         next_offset = start + step
-        in_flight: deque[tuple[int, asyncio.Task[RowPage]]] = deque()
+        # Pages in offset order; at most `concurrency` of them still running. Finished ones may
+        # wait for an earlier page (one stalled by a Retry-After), up to `AHEAD` per request.
+        pending: deque[tuple[int, asyncio.Task[RowPage]]] = deque()
         prev, prev_offset = rows, start
         try:
             while True:
-                while len(in_flight) < self._concurrency and (
-                    next_offset < planned_end or not in_flight
+                running = sum(not task.done() for _, task in pending)
+                while (
+                    running < self._concurrency
+                    and len(pending) < AHEAD * self._concurrency
+                    and (next_offset < planned_end or not pending)
                 ):
-                    task = asyncio.create_task(self._fetch(filter, next_offset, limit))
-                    in_flight.append((next_offset, task))
+                    pending.append((next_offset, asyncio.create_task(self._fetch(filter, next_offset, limit))))
                     next_offset += step
-                offset, task = in_flight.popleft()
-                page = await task
+                    running += 1
+                offset, head = pending[0]
+                if not head.done():
+                    await asyncio.wait(
+                        [task for _, task in pending if not task.done()],
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                    continue
+                pending.popleft()
+                page = head.result()
                 if not page.rows or page.rows[0].id != prev[-1].id:
                     return _Edge(prev[-1], prev_offset + len(prev) - 1, tuple(r.id for r in prev))
                 await self._emit_new(page.rows, {r.id for r in prev})
@@ -337,10 +351,10 @@ class _Reader:
                     return None
                 prev, prev_offset = page.rows, offset
         finally:
-            for _, pending in in_flight:
-                pending.cancel()
-            if in_flight:
-                await asyncio.gather(*(t for _, t in in_flight), return_exceptions=True)
+            for _, task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*(task for _, task in pending), return_exceptions=True)
 
     async def _emit_new(self, rows: list[Row], seen: set[str]) -> None:
         new = [r for r in rows if r.id not in seen]

@@ -1,12 +1,14 @@
 """One adaptive request pacer per API key, shared by every concurrent request that uses it.
 
-The API does not publish its rate limits, so we learn them (AIMD, as TCP does): requests
-start unpaced; a 429 cuts the pace to the rate the server was actually accepting over the
-last second (the multiplicative decrease is at most to ``DECREASE`` of the current pace, and
-happens at most once per second, so a burst of 429s from requests already in flight counts
-once); every accepted request then adds a little to the pace (additive increase of
-``INCREASE`` of the learned rate per second). A rate-limited server is thus run just under
-its limit, with a 429 now and then rather than in storms.
+The API does not publish its rate limits, so we learn them, AIMD-style as TCP does. Requests
+start unpaced. A 429 cuts the pace to just under the rate the server accepted since the
+previous 429 (``BACKOFF`` of it; a token bucket is empty at each 429, so that rate is the
+refill rate, free of the burst allowance), or over the last second at the first 429, never by more than to ``DECREASE`` of the current pace, and
+at most once a second, so a burst of 429s from requests already in flight counts once. Each
+accepted request then adds a little (``INCREASE`` of the learned rate per second), so the
+pace creeps back up to the limit and probes it rarely. A 429 is expensive (the server's
+Retry-After stalls that request a whole second or more), so the pacer aims to sit just
+below the limit rather than to oscillate around it.
 
 The pacer is thread-safe and loop-agnostic: `reserve()` books a start time under a lock and
 says how long to wait; the sync client sleeps, the async client awaits.
@@ -19,12 +21,14 @@ import threading
 import time
 from collections import deque
 
-__all__ = ["DECREASE", "INCREASE", "MIN_RATE", "RateLimiter", "limiter_for"]
+__all__ = ["BACKOFF", "DECREASE", "INCREASE", "MIN_RATE", "RateLimiter", "limiter_for"]
 
+#: After a 429, the pace is this share of the rate the server was accepting.
+BACKOFF = 0.95
 #: A 429 never cuts the pace below this share of the pace it was at.
-DECREASE = 0.7
+DECREASE = 0.5
 #: Share of the learned rate added back per second without a 429.
-INCREASE = 0.1
+INCREASE = 0.02
 #: The pace never drops below this many requests per second.
 MIN_RATE = 1.0
 #: Seconds of history used to measure the accepted rate; also the cooldown between cuts.
@@ -41,6 +45,7 @@ class RateLimiter:
         self._next_start = 0.0
         self._last_cut = float("-inf")
         self._accepted: deque[float] = deque()
+        self._since_cut = 0
         self.throttled = 0  #: 429s seen, for reports and benchmarks
         self.accepted = 0  #: other answers seen
 
@@ -64,10 +69,11 @@ class RateLimiter:
         with self._lock:
             now = time.monotonic()
             self.accepted += 1
+            self._since_cut += 1
             self._accepted.append(now)
             self._trim(now)
             # Grow only while the pace is what holds us back (not latency).
-            if self._rate is not None and self._rate < 1.5 * len(self._accepted) / WINDOW:
+            if self._rate is not None and self._rate < 1.2 * len(self._accepted) / WINDOW:
                 self._rate += INCREASE * self._learned / self._rate
 
     def on_throttled(self) -> None:
@@ -81,10 +87,13 @@ class RateLimiter:
             measured = len(self._accepted) / WINDOW
             if self._rate is None and not measured:
                 return  # nothing accepted yet, so nothing learned: the retry backoff paces us
+            if self._last_cut > float("-inf"):
+                measured = self._since_cut / (now - self._last_cut)
             self._last_cut = now
+            self._since_cut = 0
             floor = DECREASE * self._rate if self._rate is not None else 0.0
-            self._rate = max(MIN_RATE, measured, floor)
-            self._learned = self._rate
+            self._learned = max(MIN_RATE, measured)
+            self._rate = max(MIN_RATE, BACKOFF * measured, floor)
             self._next_start = max(self._next_start, now + 1.0 / self._rate)
 
     def _trim(self, now: float) -> None:
