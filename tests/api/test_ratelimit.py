@@ -1,0 +1,100 @@
+"""The adaptive limiter: learns a server's limit from 429s, runs just under it, shared per key."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import pytest
+
+from connector.api import Client, RateLimiter
+from connector.api.ratelimit import limiter_for
+from connector.extract import read_batches
+from tests.fixtures.server import ServerFactory
+
+
+def test_requests_are_not_paced_until_the_first_429() -> None:
+    limiter = RateLimiter()
+    assert [limiter.reserve() for _ in range(100)] == [0.0] * 100
+
+
+def test_a_429_paces_requests_at_just_under_the_accepted_rate() -> None:
+    limiter = RateLimiter()
+    for _ in range(40):
+        limiter.on_accepted()  # 40 accepted within the last second
+    limiter.on_throttled()
+    assert limiter.rate == pytest.approx(0.95 * 40)
+    waits = [limiter.reserve() for _ in range(10)]
+    assert waits == sorted(waits)  # each later request starts later
+    assert waits[-1] - waits[0] == pytest.approx(9 / limiter.rate, rel=0.05)
+
+
+def test_429s_of_requests_already_in_flight_cut_once() -> None:
+    limiter = RateLimiter()
+    for _ in range(40):
+        limiter.on_accepted()
+    for _ in range(8):
+        limiter.on_throttled()
+    assert limiter.rate == pytest.approx(0.95 * 40)
+    assert limiter.throttled == 8
+
+
+def test_a_cut_never_more_than_halves_the_pace() -> None:
+    limiter = RateLimiter(rate=100.0)
+    limiter.on_throttled()
+    assert limiter.rate == pytest.approx(50.0)
+
+
+def test_one_limiter_per_key_and_server_holding_no_key() -> None:
+    a = limiter_for("http://x/v1", "key-one")
+    assert limiter_for("http://x/v1", "key-one") is a
+    assert limiter_for("http://x/v1", "key-two") is not a
+    assert limiter_for("http://y/v1", "key-one") is not a
+    assert "key-one" not in repr(vars(a))
+    with Client("http://x/v1", "key-one") as one, Client("http://x/v1", "key-one") as two:
+        assert one.limiter is two.limiter is a
+
+
+def test_the_limiter_is_safe_across_threads() -> None:
+    limiter = RateLimiter(rate=1000.0)
+    starts: list[float] = []
+    lock = threading.Lock()
+
+    def book() -> None:
+        for _ in range(50):
+            wait = limiter.reserve()
+            with lock:
+                starts.append(time.monotonic() + wait)
+
+    threads = [threading.Thread(target=book) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    starts.sort()
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert len(starts) == 200
+    assert sum(gaps) >= 199 / 1000 * 0.9  # 200 starts spread at 1000/s, not bunched
+
+
+def test_a_rate_limited_server_is_read_near_its_limit_without_a_429_storm(
+    server_factory: ServerFactory,
+) -> None:
+    limit = 40  # requests per second, per key
+    server = server_factory(rate_limit=limit)
+    table_id = server.create_table({"name": "T", "columns": [{"name": "N", "type": "number"}]})
+    server.insert_rows(table_id, [{"N": i} for i in range(3000)])
+    limiter = RateLimiter()
+    with Client(server.base_url, server.api_key, limiter=limiter) as client:
+        table = client.get_table(table_id)
+        time.sleep(1.0)  # the server's bucket refills: the read starts with its burst allowance
+        started = time.monotonic()
+        rows = sum(b.num_rows for b in read_batches(client, table, page_size=25, concurrency=8))
+        seconds = time.monotonic() - started
+    requests = limiter.accepted + limiter.throttled
+    assert rows == 3000
+    assert limiter.throttled / requests < 0.15  # a few probes, not a storm
+    # 3000 rows in pages of 25 (overlapping by one) is 131 requests: at 40/s with a burst
+    # of 40, about 2.3 s. Allow for the stalls that each 429's Retry-After (1 s) causes.
+    assert seconds < 131 / limit + 2.0
