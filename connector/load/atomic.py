@@ -14,6 +14,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from connector.errors import DestinationError
+
 __all__ = ["atomic_path"]
 
 #: Temp files end with this, so globs on `*.parquet` / `*.csv` never pick up a partial file.
@@ -24,11 +26,17 @@ PARTIAL_SUFFIX = ".partial"
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temp path beside `path`; on a clean exit it replaces `path` atomically.
 
-    On an exception the temp file is removed and `path` is left as it was.
+    On an exception the temp file is removed and `path` is left as it was; a file system
+    error (no space, no permission...) becomes a DestinationError naming the file.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=PARTIAL_SUFFIX)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(
+            dir=target.parent, prefix=f".{target.name}.", suffix=PARTIAL_SUFFIX
+        )
+    except OSError as exc:
+        raise DestinationError(f"cannot write {target}: {exc.strerror or exc}") from exc
     os.close(fd)
     temp = Path(name)
     try:
@@ -37,10 +45,13 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
             os.fsync(written.fileno())
         os.chmod(temp, 0o644)
         os.replace(temp, target)
+        _fsync_dir(target.parent)
+    except OSError as exc:
+        temp.unlink(missing_ok=True)
+        raise DestinationError(f"writing {target} failed: {exc.strerror or exc}") from exc
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
-    _fsync_dir(target.parent)
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -167,6 +167,23 @@ def test_a_table_the_key_may_not_read_is_skipped_with_exit_3(
     assert scoped not in result.output
 
 
+def test_a_table_that_fails_is_reported_and_the_others_still_load_with_exit_1(
+    orders: tuple[RunningServer, str, Any], tmp_path: Path
+) -> None:
+    server, _, _ = orders
+    server.create_table({"name": "other", "columns": [{"name": "x", "type": "text"}]})
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    with sa.create_engine(url).begin() as conn:  # `_id` without a key: merge cannot upsert
+        conn.exec_driver_sql('CREATE TABLE orders ("_id" text)')
+    result = run(server, "load", "--to", url, "--mode", "merge", "--json")
+    assert result.exit_code == 1, result.output
+    summary = json.loads(result.stdout)
+    assert sorted((t["name"], t["status"]) for t in summary["tables"]) == [
+        ("orders", "failed"), ("other", "ok")]
+    failed = next(t for t in summary["tables"] if t["status"] == "failed")
+    assert "'orders'" in failed["error"] and "ON CONFLICT" in failed["error"]
+
+
 def test_a_bad_key_fails_with_exit_1_without_showing_the_key(
     orders: tuple[RunningServer, str, Any], tmp_path: Path
 ) -> None:

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from connector.errors import DestinationError
 from connector.load.parquet import ROW_GROUP_ROWS, merge_parquet, write_parquet
 from connector.schema import Column, Table, arrow_schema
 from tests.load.samples import (
@@ -219,3 +220,10 @@ def test_merge_after_a_column_was_added_upstream_keeps_old_rows(tmp_path: Path) 
     rows = pq.read_table(path).to_pylist()
     assert [r["_id"] for r in rows] == ["row_1", "row_2", "row_3", "row_4", "row_7"]
     assert [r["Notes"] for r in rows] == [None, None, None, None, "new column"]
+
+
+def test_an_unwritable_destination_is_a_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the export directory should be")
+    with pytest.raises(DestinationError, match="not-a-directory"):
+        write_parquet(batches(ROWS), SCHEMA, blocker / "orders.parquet")
