@@ -1,0 +1,124 @@
+"""Property: for any schema, table and source, after a push the table equals the source on the
+key and the source's columns, and planning the same push again finds nothing to do."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from typing import Any
+
+import pandas as pd
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from connector.push import push
+from tests.push.conftest import InProcess
+
+TYPES = ["text", "number", "checkbox", "date", "choice"]
+OPTIONS = ["red", "green", "blue"]
+NULLS = {"nan", "NaN", "None", "<NA>", "NaT", "null"}
+TRUE_SPELLINGS = ["TRUE", "true", "yes", "1", "x"]
+FALSE_SPELLINGS = ["FALSE", "false", "no", "0"]
+
+texts = st.text("abcXYZ019 -_'é", min_size=1, max_size=8).filter(
+    lambda s: s.strip() != "" and s.strip() not in NULLS
+)
+VALUES: dict[str, st.SearchStrategy[Any]] = {
+    "text": texts,
+    "number": st.one_of(st.integers(-10**9, 10**9), st.floats(-1e9, 1e9, allow_nan=False)),
+    "checkbox": st.booleans(),
+    "date": st.dates(dt.date(1900, 3, 1), dt.date(2100, 12, 31)).map(dt.date.isoformat),
+    "choice": st.sampled_from(OPTIONS),
+}
+
+
+def spelled(kind: str, value: Any, draw: st.DrawFn) -> str:
+    """How a spreadsheet might hold `value` as text (an empty cell for null)."""
+    if value is None:
+        return draw(st.sampled_from(["", "  ", "NaN"]))
+    if kind == "checkbox":
+        return draw(st.sampled_from(TRUE_SPELLINGS if value else FALSE_SPELLINGS))
+    if kind == "number":
+        return draw(st.sampled_from([repr(value), f"{value}", repr(float(value))]))
+    return str(value)
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> dict[str, Any]:
+    kinds = draw(st.lists(st.sampled_from(TYPES), min_size=1, max_size=4))
+    columns = {f"c{i}": kind for i, kind in enumerate(kinds)}
+    keys = draw(st.lists(texts, min_size=0, max_size=25, unique_by=str.strip))
+    keys = [k.strip() for k in keys]
+
+    def row(key: str, names: list[str]) -> dict[str, Any]:
+        cells: dict[str, Any] = {"K": key}
+        for name in names:
+            cells[name] = draw(st.none() | VALUES[columns[name]])
+        return cells
+
+    in_table = [k for k in keys if draw(st.booleans())]
+    in_source = [k for k in keys if draw(st.booleans())]
+    shown = [n for n in columns if draw(st.booleans())]
+    return {
+        "columns": columns,
+        "table": [row(k, list(columns)) for k in in_table],
+        "source": [row(k, shown) for k in in_source],
+        "shown": shown,
+        "mode": draw(st.sampled_from(["upsert", "mirror"])),
+    }
+
+
+counter = itertools.count()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scenario=scenarios(), data=st.data())
+def test_push_makes_the_table_equal_the_source(inproc: InProcess, scenario: dict[str, Any], data: st.DataObject) -> None:
+    columns: dict[str, str] = scenario["columns"]
+    spec = {
+        "name": f"T{next(counter)}",
+        "columns": [{"name": "K", "type": "text", "required": True}] + [
+            {"name": n, "type": t, **({"options": OPTIONS} if t == "choice" else {})}
+            for n, t in columns.items()
+        ],
+    }
+    table_id = inproc.create_table(spec)
+    inproc.insert(table_id, [{k: v for k, v in r.items() if v is not None} for r in scenario["table"]])
+    frame = pd.DataFrame(
+        [{"K": r["K"], **{n: spelled_cell(columns[n], r[n], data) for n in scenario["shown"]}}
+         for r in scenario["source"]],
+        columns=["K", *scenario["shown"]],
+        dtype=object,
+    )
+    client = inproc.client()
+
+    push(client, frame, table=table_id, key="K", mode=scenario["mode"], max_delete_ratio=1.0)
+
+    rows = {r["fields"]["K"]: r["fields"] for r in inproc.rows(table_id)}
+    assert len(rows) == len(inproc.rows(table_id)), "a key was created twice"
+    before = {r["K"]: r for r in scenario["table"]}
+    expected_keys = {r["K"] for r in scenario["source"]}
+    if scenario["mode"] == "upsert":
+        expected_keys |= set(before)
+    assert set(rows) == expected_keys
+    for wanted in scenario["source"]:
+        got = rows[wanted["K"]]
+        for name in scenario["shown"]:
+            assert same(got.get(name), wanted[name]), (name, got.get(name), wanted[name])
+        for name in set(columns) - set(scenario["shown"]):
+            old = before.get(wanted["K"], {}).get(name)
+            assert same(got.get(name), old), (name, got.get(name), old)
+    assert push(client, frame, table=table_id, key="K", dry_run=True,
+                mode=scenario["mode"]).plan.is_empty
+
+
+def spelled_cell(kind: str, value: Any, data: st.DataObject) -> str:
+    return data.draw(st.composite(lambda draw: spelled(kind, value, draw))())
+
+
+def same(got: Any, wanted: Any) -> bool:
+    if wanted is None or got is None:
+        return got is None and wanted is None
+    if isinstance(wanted, (int, float)) and not isinstance(wanted, bool):
+        return float(got) == float(wanted)
+    return bool(got == wanted)
