@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import Protocol
 
 import click
+from click._termui_impl import ProgressBar
 
 __all__ = ["Progress", "progress"]
 
@@ -28,7 +29,8 @@ def progress(label: str, total: int | None, *, enabled: bool | None = None) -> I
     if not show:
         yield _Silent()
         return
-    with click.progressbar(
+    bar: ProgressBar[int] = click.progressbar(
         length=total, label=label, file=sys.stderr, show_pos=True, show_eta=True
-    ) as bar:
+    )
+    with bar:
         yield bar
