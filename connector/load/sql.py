@@ -27,7 +27,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from connector.errors import ConfigError, DestinationError
 from connector.load.csv import as_text
-from connector.schema import Table, arrow_schema
+from connector.schema import Column, Table, arrow_schema
 
 __all__ = ["MODES", "Mode", "connect", "delete_ids", "load_table", "sql_table"]
 
@@ -64,10 +64,11 @@ def load_table(
     with _engine(engine_or_url) as engine, _failures(engine, f"loading table {name!r}"):
         if mode == "merge" and engine.dialect.name not in ("postgresql", "sqlite"):
             raise ConfigError(f"merge is supported on PostgreSQL and SQLite, not {engine.dialect.name}")
+        target = sql_table(table, schema, name)
+        _check_identifiers(engine, target)
         with _transaction(engine) as conn:
             if mode == "replace":
-                return _replace(conn, sql_table(table, schema, name), everything)
-            target = sql_table(table, schema, name)
+                return _replace(conn, target, everything)
             target.create(conn, checkfirst=True)
             _add_missing_columns(conn, target)
             if mode == "append":
@@ -98,8 +99,8 @@ def sql_table(table: Table, schema: pa.Schema, name: str) -> sa.Table:
     system = {frame_name: attr for attr, frame_name in table.system_names().items()}
     columns = []
     for field in schema:
-        if field.name == table.system_names()["id"]:
-            column = sa.Column(field.name, sa.Text, primary_key=True, quote=True)
+        if system.get(field.name) == "id":  # ids are text
+            column = sa.Column(field.name, Column("id", "text").sql_type, primary_key=True, quote=True)
         elif field.name in system:  # created_at / updated_at: UTC timestamps
             column = sa.Column(field.name, sa.DateTime(timezone=True), quote=True)
         else:
@@ -272,9 +273,21 @@ def _transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
     """One transaction that includes DDL. Python's sqlite3 would autocommit a CREATE TABLE
     issued before any INSERT, so on SQLite we open the transaction ourselves."""
     with engine.begin() as conn:
-        if engine.dialect.name == "sqlite":
+        raw: Any = conn.connection.driver_connection
+        if engine.dialect.name == "sqlite" and not raw.in_transaction:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
         yield conn
+
+
+def _check_identifiers(engine: sa.Engine, target: sa.Table) -> None:
+    """PostgreSQL silently truncates names over 63 bytes: refuse them instead."""
+    limit = engine.dialect.max_identifier_length
+    for identifier in (target.name, *(c.name for c in target.columns)):
+        if len(identifier.encode()) > limit:
+            raise ConfigError(
+                f"name {identifier!r} is longer than {engine.dialect.name}'s limit of {limit} "
+                "bytes; load the table under a shorter name"
+            )
 
 
 @contextlib.contextmanager

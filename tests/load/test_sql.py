@@ -165,6 +165,17 @@ def test_database_errors_name_the_table_and_hide_the_password(url: str, engine: 
     assert "s3cret-pw" not in str(failure.value)
 
 
+def test_a_name_postgresql_would_truncate_is_refused(postgres_db: str) -> None:
+    long_name = "a table name that is far too long for postgresql identifiers, sadly"
+    with pytest.raises(ConfigError, match="limit of 63 bytes"):
+        load_table(batches(ROWS), TABLE, postgres_db, name=long_name)
+    engine = sa.create_engine(postgres_db)
+    try:
+        assert sa.inspect(engine).get_table_names() == []
+    finally:
+        engine.dispose()
+
+
 def test_bad_url_and_mode_are_configuration_errors() -> None:
     with pytest.raises(ConfigError, match="'nosuchdb'") as failure:
         load_table([], TABLE, "nosuchdb://user:pw-secret@host/db")
