@@ -56,6 +56,9 @@ __all__ = [
 
 EXIT_OK, EXIT_FAILED, EXIT_PARTIAL = 0, 1, 3
 
+#: The cursor of a table that was empty when synced: every row is newer.
+EPOCH = "1970-01-01T00:00:00.000000Z"
+
 #: Receives progress events: an event name and its fields (the CLI prints them).
 Reporter = Callable[..., None]
 
@@ -205,13 +208,19 @@ class _Sync:
     def all_tables(self) -> list[TableResult]:
         selection = self.job.tables
         summaries = self.client.list_tables()
-        chosen = [s for s in summaries if selection.wants(s.id, s.name)]
         results = [
             TableResult(name, "", "skipped", error="no such table, or the key may not read it")
             for name in selection.include or ()
             if not any(name in (s.id, s.name) for s in summaries)
         ]
-        schemas = [self.client.get_table(s.id) for s in chosen]
+        schemas: list[Table] = []
+        for summary in (s for s in summaries if selection.wants(s.id, s.name)):
+            try:
+                schemas.append(self.client.get_table(summary.id))
+            except ConnectorError as exc:
+                status: Status = "skipped" if isinstance(exc, PermissionDenied) else "failed"
+                results.append(TableResult(summary.name, summary.id, status, error=str(exc)))
+                self.emit("table", **asdict(results[-1]))
         filters = {t.id: self._filter(t) for t in schemas}  # bad filters fail before any write
         with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="connector-sync-") as tmp:
             sinks = [open_sink(d) for d in self.job.destinations]
@@ -265,12 +274,32 @@ class _Sync:
             return self._plan(table, filter, previous if incremental else None)
         schema = arrow_schema(table)
         spool = _Spool(tmp / f"{table.id}.arrow", schema, table.system_names())
-        if incremental:
-            assert previous is not None and previous.cursor is not None
-            self._read_changes(table, filter, previous.cursor, spool)
-        else:
-            spool.extend(self._read(table, filter))
-        spool.close()
+        try:
+            if incremental:
+                assert previous is not None and previous.cursor is not None
+                cursor = self._read_changes(table, filter, previous.cursor, spool)
+            else:
+                newest = self._newest_or_none(table, filter) if job.incremental else None
+                spool.extend(self._read(table, filter))
+                cursor = newest or spool.cursor or EPOCH
+            spool.close()
+            return self._write(table, filter, sinks, spool, cursor, incremental=incremental)
+        finally:
+            spool.discard()
+
+    def _write(
+        self,
+        table: Table,
+        filter: dict[str, dict[str, Any]],
+        sinks: list[Sink],
+        spool: _Spool,
+        cursor: str,
+        *,
+        incremental: bool,
+    ) -> TableResult:
+        """Apply what was read to every destination, then advance the table's state."""
+        job = self.job
+        schema = spool.schema
         held, deleted = self._deleted(table, filter, sinks, spool, incremental=incremental)
         if incremental and not spool.rows and not any(deleted):
             return TableResult(table.name, table.id, "unchanged", "incremental")
@@ -283,14 +312,13 @@ class _Sync:
                 deleted=gone,
                 mark=job.deletes == "mark",
             )
-        cursors = [c for c in (previous.cursor if previous else None, spool.cursor) if c]
         self.state = self.state.with_table(
             TableState(
                 table_id=table.id,
                 name=table.name,
-                cursor=max(cursors) if incremental or job.incremental else None,
+                cursor=cursor if job.incremental else None,
                 rows=len(held[0] - deleted[0]) if held else spool.rows,
-                schema=fingerprint,
+                schema=_fingerprint(table, filter),
                 synced_at=_now(),
             )
         )
@@ -315,17 +343,41 @@ class _Sync:
             concurrency=self.job.source.concurrency,
         )
 
+    def _newest(self, table: Table, filter: Mapping[str, Any]) -> str | None:
+        """The newest ``updated_at`` among matching rows, asked *before* reading them.
+
+        It becomes the next cursor: a row changed while the read runs gets a later
+        timestamp, so the next run reads it again, whether or not this run saw the change.
+        """
+        page = self.client.list_rows(
+            table.id, limit=1, sort="updated_at", order="desc", filter=filter or None
+        )
+        return page.rows[0].updated_at if page.rows else None
+
+    def _newest_or_none(self, table: Table, filter: Mapping[str, Any]) -> str | None:
+        """`_newest`, or None where the server will not sort by ``updated_at`` (then the
+        newest row read stands in, which can miss a change made during the read)."""
+        try:
+            return self._newest(table, filter)
+        except (BadRequest, ApiValidationError):
+            return None
+
     def _read_changes(
         self, table: Table, filter: dict[str, dict[str, Any]], cursor: str, spool: _Spool
-    ) -> None:
+    ) -> str:
+        """Spool the rows changed since `cursor`; return the cursor for the next run."""
         changed = {**filter, "updated_at": {"gt": cursor}}
         try:
-            spool.extend(self._read(table, changed))
+            newest = self._newest(table, changed)
         except (BadRequest, ApiValidationError) as exc:
-            if spool.rows or exc.field not in (None, "filter", "updated_at"):
+            if exc.field not in (None, "filter", "sort", "updated_at"):
                 raise
             self.emit("note", table=table.name, note="updated_at filter refused: sorted read")
             spool.extend(self._read_sorted_until(table, filter, cursor))
+            return spool.cursor or cursor  # newest first: the first row read is the newest
+        if newest is not None:
+            spool.extend(self._read(table, changed))
+        return newest or cursor
 
     def _read_sorted_until(
         self, table: Table, filter: Mapping[str, Any], cursor: str
@@ -426,6 +478,10 @@ class _Spool:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+    def discard(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
 
     def batches(self, *, exclude: set[str]) -> Iterator[pa.RecordBatch]:
         with pa.memory_map(str(self.path)) as source:

@@ -102,18 +102,20 @@ def test_two_runs_of_one_job_never_overlap(make_workspace: MakeWorkspace, tmp_pa
     first = cli(ws, "sync", str(job))
     wait_for_lock_holder(tmp_path / "job.lock")
 
-    refused = cli(ws, "sync", str(job))
-    _, refused_err = refused.communicate(timeout=60)
-    waiter = cli(ws, "sync", str(job), "--wait", "60", "--log-format", "json")
+    refused = CliRunner().invoke(main, ["sync", str(job)], env=ws.environ)
+    still_running = first.poll() is None
+    waited = CliRunner().invoke(
+        main, ["sync", str(job), "--wait", "60", "--log-format", "json"], env=ws.environ
+    )
     first.communicate(timeout=60)
-    waiter_out, _ = waiter.communicate(timeout=60)
 
-    assert refused.returncode == 75
-    assert "job 'job' is already running as process" in refused_err
-    assert "nothing was done" in refused_err
+    assert still_running, "the first run should still hold the lock when the second starts"
+    assert refused.exit_code == 75
+    assert "job 'job' is already running as process" in refused.stderr
+    assert "nothing was done" in refused.stderr
     assert first.returncode == 0
-    assert waiter.returncode == 0
-    assert json.loads(waiter_out)["tables"][0]["rows_written"] == 1000
+    assert waited.exit_code == 0
+    assert json.loads(waited.stdout)["tables"][0]["rows_written"] == 1000
 
 
 def test_kill_9_mid_sync_leaves_state_and_outputs_then_a_rerun_is_correct(

@@ -298,3 +298,47 @@ def test_a_schema_change_forces_a_full_reread(
     summary = ws.run(job)
 
     assert (result(summary, "People").read, result(summary, "People").rows_read) == ("full", 3)
+
+
+def test_a_change_made_during_a_read_is_picked_up_by_the_next_run(
+    make_workspace: MakeWorkspace, tmp_path: Path
+) -> None:
+    """Row P010 is changed after the read passed it, then P250 (read later, newer): the cursor
+    must not jump past P010's change."""
+    ws = make_workspace(people=300)
+    ids = ids_by_name(ws)
+    upstream = httpx.Client(headers={"Authorization": f"Bearer {ws.server.api_key}"})
+    changed = False
+
+    def change_mid_read(request: httpx.Request) -> httpx.Response:
+        nonlocal changed
+        params = request.url.params
+        if (
+            request.url.path.endswith("/rows")
+            and int(params.get("offset", 0)) >= 100
+            and not changed
+        ):
+            changed = True
+            for name, score in (("P010", 1010), ("P250", 1250)):
+                url = f"{ws.server.base_url}/tables/{ws.people}/rows/{ids[name]}"
+                upstream.patch(url, json={"fields": {"Score": score}}).raise_for_status()
+        forwarded = upstream.send(
+            upstream.build_request(
+                request.method, request.url, headers=request.headers, content=request.read()
+            )
+        )
+        return httpx.Response(
+            forwarded.status_code, headers=forwarded.headers, content=forwarded.content
+        )
+
+    job = ws.job(INCREMENTAL + '[tables]\ninclude = ["People"]\n[[destination]]\nparquet = "pq"\n')
+    job.write_text(job.read_text().replace("page_size = 50\n", "page_size = 50\nconcurrency = 1\n"))
+    ws.run(job, transport=httpx.MockTransport(change_mid_read))
+    assert changed
+
+    summary = ws.run(job)
+    upstream.close()
+
+    assert result(summary, "People").rows_read == 2
+    scores = parquet_people(tmp_path / "pq")["Score"]
+    assert (scores["P010"], scores["P250"]) == (1010.0, 1250.0)
