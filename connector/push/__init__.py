@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import time
 from collections.abc import Coroutine, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -131,6 +133,7 @@ async def _push(
     concurrency: int,
     progress: bool | None,
 ) -> PushResult:
+    started = time.perf_counter()
     async with client.async_twin() as aclient:
         schema = table if isinstance(table, Table) else await _resolve(aclient, table)
         parsed = Key.parse(key, schema)
@@ -139,23 +142,26 @@ async def _push(
         live = await read_live_async(client, schema)
         plan = make_plan(prepared, live, cast(Mode, mode))
         if dry_run:
-            return PushResult(plan, dry_run=True)
+            return PushResult(plan, dry_run=True, seconds=time.perf_counter() - started)
         check_delete_guard(plan, max_delete_ratio=max_delete_ratio, allow_delete=allow_delete)
         if plan_out is not None:
             _write_plan(Path(plan_out), plan)
-            return PushResult(plan, dry_run=True)
-        return await _apply(client, aclient, plan, rejects, concurrency, progress)
+            return PushResult(plan, dry_run=True, seconds=time.perf_counter() - started)
+        result = await _apply(client, aclient, plan, rejects, concurrency, progress)
+    return replace(result, seconds=time.perf_counter() - started)
 
 
 async def _apply_saved(
     client: Client, plan: Plan, rejects: str | Path | None, concurrency: int,
     progress: bool | None,
 ) -> PushResult:
+    started = time.perf_counter()
     async with client.async_twin() as aclient:
         current = await aclient.get_table(plan.table.id)
         live = await read_live_async(client, current)
         check_current(plan, live)
-        return await _apply(client, aclient, plan, rejects, concurrency, progress)
+        result = await _apply(client, aclient, plan, rejects, concurrency, progress)
+    return replace(result, seconds=time.perf_counter() - started)
 
 
 async def _apply(

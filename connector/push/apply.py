@@ -63,6 +63,7 @@ class PushResult:
     requests: int = 0
     #: Reads of the whole table made to resolve ambiguous failures.
     rereads: int = 0
+    #: Wall time of the whole push (read, plan and writes).
     seconds: float = 0.0
     dry_run: bool = False
 

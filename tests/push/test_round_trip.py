@@ -93,3 +93,26 @@ def test_export_edit_push_export(server_factory: ServerFactory, tmp_path: Path, 
     else:
         again = pd.read_csv(second, dtype=str, keep_default_na=False)
         assert normal(again) == normal(edit)
+
+
+def test_an_export_pushes_back_by_row_id(server_factory: ServerFactory, tmp_path: Path) -> None:
+    server = server_factory()
+    table_id = server.create_table(PEOPLE)
+    server.insert_rows(table_id, seed(10))
+    first, edited, second = (tmp_path / f"{n}.parquet" for n in ("first", "edited", "second"))
+    with Client(server.base_url, server.api_key) as client:
+        table = client.get_table(table_id)
+        export(client, table, first, write_parquet)
+        edit = pd.read_parquet(first)
+        edit.loc[edit["Name"] == "p01", "Name"] = "renamed"  # the id keys it, not the name
+        edit.loc[edit["Name"] == "p02", "Age"] = None
+        edit = edit[edit["Name"] != "p09"]
+        edit.to_parquet(edited, index=False)
+
+        result = push(client, edited, table=table_id, key="id", mode="mirror")
+        assert (result.created, result.updated, result.deleted) == (0, 2, 1)
+        assert result.plan.ignored == ("_created_at", "_updated_at")
+        export(client, table, second, write_parquet)
+    again = pd.read_parquet(second)
+    assert normal(again) == normal(edit)
+    assert sorted(again["_id"]) == sorted(edit["_id"])
