@@ -96,7 +96,7 @@ def test_state_dir_option_moves_state_and_lock(workspace: Workspace, tmp_path: P
 
 
 def test_two_runs_of_one_job_never_overlap(make_workspace: MakeWorkspace, tmp_path: Path) -> None:
-    ws = make_workspace(people=1000, latency_ms=60)
+    ws = make_workspace(people=600, latency_ms=50)
     job = ws.job(PARQUET)
     job.write_text(job.read_text().replace("page_size = 50\n", "page_size = 50\nconcurrency = 1\n"))
     first = cli(ws, "sync", str(job))
@@ -115,13 +115,13 @@ def test_two_runs_of_one_job_never_overlap(make_workspace: MakeWorkspace, tmp_pa
     assert "nothing was done" in refused.stderr
     assert first.returncode == 0
     assert waited.exit_code == 0
-    assert json.loads(waited.stdout)["tables"][0]["rows_written"] == 1000
+    assert json.loads(waited.stdout)["tables"][0]["rows_written"] == 600
 
 
 def test_kill_9_mid_sync_leaves_state_and_outputs_then_a_rerun_is_correct(
     make_workspace: MakeWorkspace, tmp_path: Path
 ) -> None:
-    ws = make_workspace(people=50, latency_ms=60)
+    ws = make_workspace(people=50, latency_ms=40)
     job = ws.job("[sync]\nincremental = true\n" + PARQUET)
     job.write_text(job.read_text().replace("page_size = 50\n", "page_size = 50\nconcurrency = 1\n"))
     assert ws.run(job).status == "ok"
@@ -131,7 +131,7 @@ def test_kill_9_mid_sync_leaves_state_and_outputs_then_a_rerun_is_correct(
 
     run = cli(ws, "sync", str(job))
     wait_for_lock_holder(tmp_path / "job.lock")
-    time.sleep(0.5)  # well into reading 20 pages at 60 ms each
+    time.sleep(0.4)  # into reading 20 pages at 40 ms each
     run.kill()
     run.communicate()
 
