@@ -19,6 +19,7 @@ import secrets
 from collections.abc import Collection, Iterable, Iterator
 from typing import Any, Literal, get_args
 
+import psycopg
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import sqlalchemy as sa
@@ -295,7 +296,7 @@ def _failures(engine: sa.Engine, doing: str) -> Iterator[None]:
     """Database errors become a DestinationError saying what failed, and where (no password)."""
     try:
         yield
-    except sa.exc.SQLAlchemyError as exc:
+    except (sa.exc.SQLAlchemyError, psycopg.Error) as exc:  # psycopg's own: from COPY
         reason = getattr(exc, "orig", None) or exc
         where = engine.url.render_as_string(hide_password=True)
         raise DestinationError(f"{doing} ({where}) failed: {reason}") from exc

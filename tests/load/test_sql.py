@@ -165,6 +165,18 @@ def test_database_errors_name_the_table_and_hide_the_password(url: str, engine: 
     assert "s3cret-pw" not in str(failure.value)
 
 
+def test_a_value_postgresql_refuses_in_copy_is_a_clear_error(postgres_db: str) -> None:
+    load_table(batches(ROWS), TABLE, postgres_db)
+    bad = {**ROWS[0], "_id": "row_9", "Name": "nul \x00 byte"}  # PostgreSQL text cannot hold NUL
+    with pytest.raises(DestinationError, match=r"'orders'.*0x00"):
+        load_table([batch([bad])], TABLE, postgres_db, mode="merge")
+    engine = sa.create_engine(postgres_db)
+    try:
+        assert rows_of(engine) == ROWS
+    finally:
+        engine.dispose()
+
+
 def test_a_name_postgresql_would_truncate_is_refused(postgres_db: str) -> None:
     long_name = "a table name that is far too long for postgresql identifiers, sadly"
     with pytest.raises(ConfigError, match="limit of 63 bytes"):
