@@ -7,6 +7,7 @@ adds what only a sync asks: the ids a destination holds, appends to Parquet, and
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Collection, Iterable, Iterator
 from datetime import UTC, datetime
@@ -226,23 +227,15 @@ class SqlSink:
     def _reflect(conn: sa.Connection, table: Table) -> sa.Table:
         return sa.Table(table.name, sa.MetaData(), autoload_with=conn)
 
-    def _failures(self, table: Table) -> _SqlFailures:
-        return _SqlFailures(self.destination, table)
-
-
-class _SqlFailures:
-    """Database errors become a DestinationError naming the table and the password-free URL."""
-
-    def __init__(self, destination: Destination, table: Table) -> None:
-        self.where = f"{table.name!r} in {destination.describe()}"
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
-        if isinstance(exc, sa.exc.SQLAlchemyError):
+    @contextlib.contextmanager
+    def _failures(self, table: Table) -> Iterator[None]:
+        """Database errors become a DestinationError naming the table and the safe URL."""
+        try:
+            yield
+        except sa.exc.SQLAlchemyError as exc:
             reason = getattr(exc, "orig", None) or exc
-            raise DestinationError(f"reading {self.where} failed: {reason}") from exc
+            where = f"{table.name!r} in {self.destination.describe()}"
+            raise DestinationError(f"reading {where} failed: {reason}") from exc
 
 
 def file_name(table_name: str) -> str:

@@ -342,3 +342,27 @@ def test_a_change_made_during_a_read_is_picked_up_by_the_next_run(
     assert result(summary, "People").rows_read == 2
     scores = parquet_people(tmp_path / "pq")["Score"]
     assert (scores["P010"], scores["P250"]) == (1010.0, 1250.0)
+
+
+def test_full_syncs_replace_append_or_merge_as_configured(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    job = workspace.job(
+        '[tables]\ninclude = ["People"]\n'
+        '[[destination]]\nparquet = "replaced"\n'
+        '[[destination]]\nparquet = "appended"\nmode = "append"\n'
+        '[[destination]]\nurl = "sqlite:///merged.db"\nmode = "merge"\n'
+    )
+    workspace.run(job)
+    change_people(workspace)
+
+    summary = workspace.run(job)
+
+    assert result(summary, "People").read == "full"
+    assert list(parquet_people(tmp_path / "replaced").index) == EXPECTED_AFTER_CHANGES
+    appended = parquet_people(tmp_path / "appended")
+    assert len(appended) == 10 + 10  # every run adds what it read
+    assert sorted(set(appended.index)) == sorted({*NAMES, "P100"})
+    merged = sql_people(f"sqlite:///{tmp_path / 'merged.db'}")
+    assert sorted(merged) == EXPECTED_AFTER_CHANGES  # upserted, and the deleted row removed
+    assert merged["P001"][0] == 100.0
