@@ -19,6 +19,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from connector.server.problems import ApiProblem, invalid
@@ -150,9 +151,14 @@ class TableDef:
     def names(self) -> list[str]:
         return [c.name for c in self.columns]
 
+    @cached_property
+    def _names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
     def present(self, stored: Mapping[str, Any]) -> dict[str, Any]:
         """A row's `fields` for the API: every column, in schema order, null when empty."""
-        return {c.name: stored.get(c.name) for c in self.columns}
+        get = stored.get
+        return {name: get(name) for name in self._names}
 
 
 def parse_spec(spec: Any) -> tuple[str, tuple[ColumnDef, ...]]:

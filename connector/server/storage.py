@@ -18,9 +18,11 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import hmac
+import random
 import secrets
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -96,20 +98,39 @@ class Clock:
     """ISO 8601 UTC timestamps with microseconds, strictly increasing within a process.
 
     Rows created in one bulk request get distinct, ordered stamps, so (created_at, id)
-    is request order.
+    is request order. Returned as microseconds since the epoch; `iso` formats them.
     """
 
     def __init__(self) -> None:
-        self._last = dt.datetime.min.replace(tzinfo=dt.UTC)
+        self._last = 0
         self._lock = threading.Lock()
 
-    def now(self) -> str:
+    def ticks(self, n: int = 1) -> range:
+        """`n` consecutive, never reused microsecond stamps."""
         with self._lock:
-            now = dt.datetime.now(dt.UTC)
-            if now <= self._last:
-                now = self._last + dt.timedelta(microseconds=1)
-            self._last = now
-        return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            start = max(time.time_ns() // 1000, self._last + 1)
+            self._last = start + n - 1
+        return range(start, start + n)
+
+    def now(self) -> str:
+        return iso(self.ticks()[0])
+
+
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
+def iso(micros: int) -> str:
+    """"2024-05-06T07:08:09.123456Z" for microseconds since the epoch."""
+    return (_EPOCH + dt.timedelta(microseconds=micros)).isoformat(timespec="microseconds") + "Z"
+
+
+def row_id(micros: int) -> str:
+    """Ids lead with the creation time, so new rows append to the primary-key index.
+
+    The random tail only keeps ids unique across processes writing the same file; ids are
+    not secrets, so `random` (not `secrets`) is enough.
+    """
+    return f"row_{micros:013x}{random.getrandbits(32):08x}"
 
 
 class Storage:
@@ -244,16 +265,19 @@ class Storage:
     def insert_rows(self, table: TableDef, cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Insert validated cells (see `TableDef.check_create`) in order, all or nothing."""
         records = []
-        for fields in cells:
-            stamp = self.clock.now()
-            records.append(("row_" + secrets.token_hex(8), stamp, stamp, orjson.dumps(fields).decode()))
+        for tick, fields in zip(self.clock.ticks(len(cells)), cells, strict=True):
+            stamp = iso(tick)
+            records.append((table.id, row_id(tick), stamp, stamp, orjson.dumps(fields).decode()))
         with self._write() as db:
             db.executemany(
                 "INSERT INTO rows (table_id, id, created_at, updated_at, fields) VALUES (?, ?, ?, ?, ?)",
-                [(table.id, *r) for r in records],
+                records,
             )
             self._touch(db, table.id, len(records))
-        return [_row(table, r) for r in records]
+        return [
+            {"id": r[1], "fields": table.present(fields), "created_at": r[2], "updated_at": r[3]}
+            for r, fields in zip(records, cells, strict=True)
+        ]
 
     def update_row(self, table: TableDef, row_id: str, changes: dict[str, Any]) -> dict[str, Any]:
         """Merge validated `changes` into the stored cells (None clears); 404 if no such row."""

@@ -1,0 +1,93 @@
+"""`connector server create-table`, `connector keys create`, `connector serve --demo`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from click.testing import CliRunner
+
+from connector.cli import main
+from tests.fixtures.server import RunningServer, free_port
+from tests.server.conftest import PEOPLE
+
+
+def write_spec(tmp_path: Path, spec: object) -> Path:
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def test_create_table_while_the_server_runs_is_visible_to_it(server: RunningServer, tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["server", "create-table", "--db", str(server.db_path), str(write_spec(tmp_path, PEOPLE))])
+    assert result.exit_code == 0, result.output
+    table_id = result.output.strip()
+    with server.client() as client:
+        assert client.get(f"/tables/{table_id}").json()["name"] == "People"
+        created = client.post(f"/tables/{table_id}/rows", json={"fields": {"Name": "Ada"}})
+        assert created.status_code == 201
+
+
+def test_create_table_refuses_a_bad_spec_cleanly(tmp_path: Path) -> None:
+    db = str(tmp_path / "x.db")
+    bad = {"name": "T", "columns": [{"name": "S", "type": "choice"}]}
+    result = CliRunner().invoke(main, ["server", "create-table", "--db", db, str(write_spec(tmp_path, bad))])
+    assert result.exit_code == 2
+    assert "options" in result.output and "Traceback" not in result.output
+
+
+def test_create_table_refuses_a_duplicate_name(tmp_path: Path) -> None:
+    db = str(tmp_path / "x.db")
+    spec = str(write_spec(tmp_path, PEOPLE))
+    assert CliRunner().invoke(main, ["server", "create-table", "--db", db, spec]).exit_code == 0
+    again = CliRunner().invoke(main, ["server", "create-table", "--db", db, spec])
+    assert again.exit_code == 2 and "already exists" in again.output
+
+
+def test_keys_create_prints_a_working_scoped_key_once(server: RunningServer) -> None:
+    table = server.create_table(PEOPLE)
+    result = CliRunner().invoke(main, ["keys", "create", "--db", str(server.db_path), "--read-only", "--table", "People"])
+    assert result.exit_code == 0
+    key = result.output.strip()
+    headers = {"Authorization": f"Bearer {key}"}
+    assert httpx.get(f"{server.base_url}/tables/{table}/rows", headers=headers).status_code == 200
+    write = httpx.post(f"{server.base_url}/tables/{table}/rows", headers=headers, json={"fields": {"Name": "x"}})
+    assert write.status_code == 403
+    assert key not in server.db_path.read_bytes().decode("latin-1")
+
+
+def test_keys_create_for_an_unknown_table_fails_cleanly(server: RunningServer) -> None:
+    result = CliRunner().invoke(main, ["keys", "create", "--db", str(server.db_path), "--table", "Nope"])
+    assert result.exit_code == 2 and "Nope" in result.output
+
+
+def test_serve_demo_prints_a_key_once_and_serves_the_demo(tmp_path: Path) -> None:
+    port = free_port()
+    db = tmp_path / "demo.db"
+    env = {k: v for k, v in os.environ.items() if k != "CONNECTOR_DEMO_KEY"}
+    argv = [sys.executable, "-m", "connector", "serve", "--demo", "--db", str(db), "--port", str(port)]
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while "serving" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        key = log.read_text().split("demo API key (shown once): ")[1].split()[0]
+        url = f"http://127.0.0.1:{port}/v1/tables"
+        while time.monotonic() < deadline:
+            try:
+                response = httpx.get(url, headers={"Authorization": f"Bearer {key}"})
+                break
+            except httpx.ConnectError:
+                time.sleep(0.05)
+        tables = {t["name"]: t["rows"] for t in response.json()["tables"]}
+        assert tables == {"Customers": 1200, "Products": 40, "Orders": 2000, "Tickets": 400}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

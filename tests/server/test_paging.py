@@ -1,0 +1,67 @@
+"""Deep-offset seeking gives the same pages as a cold OFFSET scan, and forgets on writes."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from connector.server.paging import OffsetIndex
+from connector.server.query import parse
+from connector.server.storage import Storage
+from tests.server.conftest import PEOPLE
+
+
+def test_nearest_returns_the_closest_mark_at_or_below() -> None:
+    index = OffsetIndex()
+    index.remember("q", 1, 100, ("k100",))
+    index.remember("q", 1, 300, ("k300",))
+    assert index.nearest("q", 1, 99) is None
+    assert index.nearest("q", 1, 100) == (100, ("k100",))
+    assert index.nearest("q", 1, 299) == (100, ("k100",))
+    assert index.nearest("q", 1, 10**6) == (300, ("k300",))
+
+
+def test_a_new_version_forgets_marks_and_totals() -> None:
+    index = OffsetIndex()
+    index.remember("q", 1, 100, ("k",))
+    index.remember_total("q", 1, 42)
+    assert index.nearest("q", 2, 100) is None
+    assert index.total("q", 2) is None
+
+
+def test_memory_is_bounded() -> None:
+    index = OffsetIndex(max_queries=2, max_marks=10)
+    for i in range(25):
+        index.remember("q", 1, i, (i,))
+    assert index.nearest("q", 1, 0) is None  # the oldest marks were dropped
+    assert index.nearest("q", 1, 24) == (24, (24,))
+    index.remember("a", 1, 0, ("a",))
+    index.remember("b", 1, 0, ("b",))
+    assert index.nearest("q", 1, 24) is None  # least recently used query evicted
+
+
+@pytest.mark.parametrize("params", [{}, {"sort": "Age"}, {"sort": "Age", "order": "desc"},
+                                    {"filter": '{"Status": {"eq": "Active"}}', "sort": "Joined"}])
+def test_seeking_pages_equal_cold_pages(tmp_path: Path, params: dict[str, str]) -> None:
+    path = str(tmp_path / "p.db")
+    warm = Storage(path)
+    table = warm.create_table(PEOPLE)
+    rng = random.Random(3)
+    cells = [
+        {"Name": f"n{i}", "Age": rng.choice([1, 2, 3]), "Status": rng.choice(["Active", "Inactive"]),
+         "Joined": rng.choice(["2024-01-01", "2024-02-01"])}
+        for i in range(2000)
+    ]
+    warm.insert_rows(table, cells)
+    cold = Storage(path)  # a fresh OffsetIndex: every page is an OFFSET scan
+    limit = 37
+    for offset in range(0, 2000, limit):  # sequential: warm seeks from its marks
+        q = parse(table, {**params, "limit": str(limit), "offset": str(offset)})
+        assert warm.list_rows(table, q) == cold.list_rows(table, q)
+        cold.offsets = OffsetIndex()
+    for offset in rng.sample(range(2100), 50):  # random jumps seek from the nearest mark
+        q = parse(table, {**params, "limit": str(limit), "offset": str(offset)})
+        assert warm.list_rows(table, q) == cold.list_rows(table, q)
+        cold.offsets = OffsetIndex()
