@@ -74,8 +74,8 @@ def coerce_column(cells: pd.Series, column: Column) -> Coerced:
     cells = cells.reset_index(drop=True)
     obj = cells.astype(object) if cells.dtype != object else cells
     types = obj.map(type)
-    kinds = types.map(_kind_of_type).to_numpy()
-    nulls = obj.isna().to_numpy() | (kinds == "other") & types.map(_is_null_type).to_numpy()
+    kinds = types.map({t: _kind_of_type(t) for t in types.unique()}).to_numpy()
+    nulls = obj.isna().to_numpy(dtype=bool, copy=True)
     is_str = (kinds == "str") & ~nulls
     texts = pd.Series(obj[is_str], dtype="string")
     blank = texts.str.strip().isin(NULL_TOKENS).to_numpy(dtype=bool)
@@ -92,7 +92,7 @@ def coerce_column(cells: pd.Series, column: Column) -> Coerced:
     ctx.strings(is_str)
     for cell_kind in ("number", "bool", "date", "datetime", "other"):
         ctx.natives(cell_kind)
-    return Coerced(out, errors, +counts)
+    return Coerced(ctx.out, errors, +counts)
 
 
 def same_values(a: pd.Series, b: pd.Series, column: Column) -> np.ndarray[Any, np.dtype[np.bool_]]:
@@ -143,10 +143,6 @@ def _kind_of_type(t: type) -> str:
     return "other"
 
 
-def _is_null_type(t: type) -> bool:
-    return t is type(None) or t is type(pd.NA)
-
-
 @dataclass
 class _Ctx:
     """The column being coerced: where each kind of cell is, and where results go."""
@@ -166,7 +162,10 @@ class _Ctx:
         texts = pd.Series(self.cells.iloc[positions].to_numpy(), dtype="string")
         values, failed, counts = _STRING_RULES[self.type](texts)
         ok = ~failed
-        self.out.iloc[positions[ok]] = values[ok].to_numpy()  # type: ignore[call-overload]
+        if ok.all() and len(positions) == len(self.out):  # the usual case: a clean column
+            self.out = values.astype(self.out.dtype).set_axis(self.out.index)
+        else:
+            self.out.iloc[positions[ok]] = values[ok].to_numpy()  # type: ignore[call-overload]
         self.counts.update(counts)
         for pos in positions[failed]:
             self.errors[int(pos)] = _NOT[self.type]
