@@ -34,9 +34,8 @@ import warnings
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import pyarrow as pa
 
 from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, AsyncClient, Client
@@ -44,6 +43,9 @@ from connector.api.client import Filter
 from connector.api.models import Row, RowPage
 from connector.errors import ApiValidationError, BadRequest, ConfigError, ConnectorError
 from connector.schema import SYSTEM_FIELDS, Column, Table, arrow_schema, frame_from_arrow
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "DEFAULT_CONCURRENCY",

@@ -2,6 +2,9 @@
 
 Every path (extract, load, push) asks this module what a column *is*; none keeps its own
 mapping. Unknown column types load as text, with one warning naming the type.
+
+pandas and SQLAlchemy are named here but imported only when a dtype or SQL type is asked
+for: an extraction to Parquet needs neither, and importing them costs ~70 MB of memory.
 """
 
 from __future__ import annotations
@@ -10,11 +13,13 @@ import json
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import pyarrow as pa
-import sqlalchemy as sa
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import sqlalchemy as sa
 
 __all__ = [
     "SYSTEM_FIELDS",
@@ -49,23 +54,36 @@ class ColumnType:
 
     name: str
     arrow: pa.DataType
-    pandas: Any  # a pandas dtype; `choice` refines it with the column's options
-    sql: type[sa.types.TypeEngine[Any]]
+    pandas_name: str  # a pandas dtype alias; `choice` refines it with the column's options
+    sql_name: str  # a SQLAlchemy type class
+
+    @property
+    def pandas(self) -> Any:
+        """The pandas dtype."""
+        import pandas as pd
+
+        return pd.api.types.pandas_dtype(self.pandas_name)
+
+    @property
+    def sql(self) -> type[sa.types.TypeEngine[Any]]:
+        """The SQLAlchemy type class."""
+        import sqlalchemy as sa
+
+        kind: type[sa.types.TypeEngine[Any]] = getattr(sa, self.sql_name)
+        return kind
 
 
 _UTC_TIMESTAMP = ColumnType(
-    "timestamp", pa.timestamp("us", tz="UTC"), pd.DatetimeTZDtype("us", "UTC"), sa.DateTime
+    "timestamp", pa.timestamp("us", tz="UTC"), "datetime64[us, UTC]", "DateTime"
 )
 
 #: The one mapping. Keys are API column types.
 TYPES: Mapping[str, ColumnType] = {
-    "text": ColumnType("text", pa.string(), pd.StringDtype(), sa.Text),
-    "choice": ColumnType(
-        "choice", pa.dictionary(pa.int32(), pa.string()), pd.CategoricalDtype(), sa.Text
-    ),
-    "number": ColumnType("number", pa.float64(), pd.Float64Dtype(), sa.Double),
-    "checkbox": ColumnType("checkbox", pa.bool_(), pd.BooleanDtype(), sa.Boolean),
-    "date": ColumnType("date", pa.date32(), pd.ArrowDtype(pa.date32()), sa.Date),
+    "text": ColumnType("text", pa.string(), "string", "Text"),
+    "choice": ColumnType("choice", pa.dictionary(pa.int32(), pa.string()), "category", "Text"),
+    "number": ColumnType("number", pa.float64(), "Float64", "Double"),
+    "checkbox": ColumnType("checkbox", pa.bool_(), "boolean", "Boolean"),
+    "date": ColumnType("date", pa.date32(), "date32[pyarrow]", "Date"),
 }
 
 def column_type(type_name: str) -> ColumnType:
@@ -109,11 +127,15 @@ class Column:
     @property
     def pandas_dtype(self) -> Any:
         if self.type == "choice":
+            import pandas as pd
+
             return pd.CategoricalDtype(list(self.options or ()), ordered=False)
         return self.kind.pandas
 
     @property
     def sql_type(self) -> sa.types.TypeEngine[Any]:
+        import sqlalchemy as sa
+
         if self.kind.sql is sa.DateTime:
             return sa.DateTime(timezone=True)
         return self.kind.sql()
@@ -232,6 +254,8 @@ def frame_from_arrow(data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch],
 
 
 def _pandas_type_for_arrow(arrow_type: pa.DataType) -> Any:
+    import pandas as pd
+
     if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
         return pd.StringDtype()
     if pa.types.is_floating(arrow_type):

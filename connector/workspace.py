@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import Any, Self
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Self
 
 from connector.api import DEFAULT_PAGE_SIZE, Client
 from connector.api.client import Filter
@@ -20,6 +18,9 @@ from connector.api.models import TableSummary
 from connector.errors import ConfigError, NotFound, PermissionDenied
 from connector.extract import DEFAULT_CONCURRENCY, Extraction
 from connector.schema import Table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["SkippedTableWarning", "Workspace"]
 
