@@ -35,6 +35,8 @@ __all__ = ["DEFAULT_CONCURRENCY", "PushResult", "Rejected", "apply_plan", "write
 DEFAULT_CONCURRENCY = 8
 #: Re-reads after ambiguous failures of one batch before giving up (a rerun converges).
 MAX_RECOVERIES = 5
+#: A re-read waits this long to start, so failures arriving together share one read.
+REREAD_GATHER_SECONDS = 0.05
 
 T = TypeVar("T")
 
@@ -132,6 +134,7 @@ class _Run:
         self.bar = bar
         self.created = self.updated = self.deleted = self.requests = self.rereads = 0
         self.rejected: list[Rejected] = []
+        self._next_read: asyncio.Future[Live] | None = None
 
     async def send(self, request: Awaitable[T]) -> T:
         async with self.slots:
@@ -207,6 +210,15 @@ class _Run:
             return
 
     async def _reread(self) -> Live:
+        """The table as it is now. Failures seen while a re-read waits to start share it
+        (a read that starts after a failure was seen shows whatever that request committed)."""
+        if self._next_read is None:
+            self._next_read = asyncio.ensure_future(self._read_soon())
+        return await asyncio.shield(self._next_read)
+
+    async def _read_soon(self) -> Live:
+        await asyncio.sleep(REREAD_GATHER_SECONDS)
+        self._next_read = None  # failures seen from now on need a later read
         self.rereads += 1
         return await read_live_async(self.client, self.plan.table)
 
