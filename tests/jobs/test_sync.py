@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
 
+from connector.api import Client
 from connector.errors import ConfigError
 from connector.jobs.config import load_job
 from connector.jobs.runner import RunSummary, TableResult, run_job
@@ -366,3 +367,25 @@ def test_full_syncs_replace_append_or_merge_as_configured(
     merged = sql_people(f"sqlite:///{tmp_path / 'merged.db'}")
     assert sorted(merged) == EXPECTED_AFTER_CHANGES  # upserted, and the deleted row removed
     assert merged["P001"][0] == 100.0
+
+
+def test_a_sync_rides_out_throttling_and_server_errors(
+    make_workspace: MakeWorkspace, tmp_path: Path
+) -> None:
+    ws = make_workspace(people=150, throttle_rate=0.05, fail_rate=0.15, seed=7)
+    job = ws.job(INCREMENTAL + '[tables]\ninclude = ["People"]\n[[destination]]\nparquet = "pq"\n')
+    assert ws.run(job).status == "ok"
+    ws.server.insert_rows(ws.people, [person(150)])
+    with Client(ws.server.base_url, ws.server.api_key) as client:  # it retries the faults
+        row = next(
+            r for r in client.list_rows(ws.people, limit=20).rows if r.fields["Name"] == "P007"
+        )
+        client.delete_row(ws.people, row.id)
+
+    summary = ws.run(job)
+
+    assert summary.status == "ok", summary
+    people = result(summary, "People")
+    assert (people.rows_read, people.rows_deleted) == (1, 1)
+    names = set(parquet_people(tmp_path / "pq").index)
+    assert names == {f"P{i:03d}" for i in range(151)} - {"P007"}
