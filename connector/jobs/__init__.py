@@ -1,8 +1,8 @@
 """Jobs: a TOML file that says what to sync where (and what to push first), run on a schedule.
 
-    job file --load_job--> Job --run_job--> RunSummary
-                 config.py      runner.py (state.py: cursors, lock.py: one run at a time,
-                                           sinks.py: Parquet / SQL destinations)
+job file --load_job--> Job --run_job--> RunSummary
+             config.py      runner.py (state.py: cursors, lock.py: one run at a time,
+                                       sinks.py: Parquet / SQL destinations)
 """
 
 from __future__ import annotations

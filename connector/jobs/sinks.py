@@ -190,9 +190,15 @@ class SqlSink:
     ) -> int:
         if not mark:
             return load_table(batches, table, self.engine, mode=mode, deleted_ids=deleted)
-        spooled = list(batches)  # a merge batch of changed rows: small by construction
-        rows = load_table(spooled, table, self.engine, mode=mode)
-        changed = [i for b in spooled for i in b.column(table.system_names()["id"]).to_pylist()]
+        id_name = table.system_names()["id"]
+        changed: list[str] = []
+
+        def tapped() -> Iterator[pa.RecordBatch]:  # note the ids while the load streams
+            for batch in batches:
+                changed.extend(batch.column(id_name).to_pylist())
+                yield batch
+
+        rows = load_table(tapped(), table, self.engine, mode=mode)
         self._mark(table, deleted, changed)
         return rows
 
