@@ -17,6 +17,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
+from connector.api import MAX_BULK_ROWS
 from connector.errors import ConfigError, ConnectorError
 from connector.push.coerce import coerce_column, same_values, wire_values
 from connector.push.live import Live
@@ -41,8 +42,6 @@ __all__ = [
 
 Mode = Literal["insert", "update", "upsert", "mirror"]
 MODES: tuple[Mode, ...] = ("insert", "update", "upsert", "mirror")
-#: Rows per bulk create or bulk delete request (the API's maximum).
-BULK_ROWS = 100
 #: A mirror may delete at most this share of the table unless the user raises it.
 DEFAULT_MAX_DELETE_RATIO = 0.2
 PLAN_FORMAT = 1
@@ -118,9 +117,9 @@ class Plan:
     def requests(self) -> int:
         """Write requests needed: one per 100 creates, one per update, one per 100 deletes."""
         return (
-            math.ceil(len(self.creates) / BULK_ROWS)
+            math.ceil(len(self.creates) / MAX_BULK_ROWS)
             + len(self.updates)
-            + math.ceil(len(self.deletes) / BULK_ROWS)
+            + math.ceil(len(self.deletes) / MAX_BULK_ROWS)
         )
 
     @property
@@ -130,9 +129,6 @@ class Plan:
     @property
     def is_empty(self) -> bool:
         return not (self.creates or self.updates or self.deletes)
-
-    def key_values(self, fields: Mapping[str, Any]) -> tuple[Any, ...]:
-        return tuple(fields.get(k) for k in self.key.columns)
 
     def to_json(self) -> bytes:
         data = asdict(self)

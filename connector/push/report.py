@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from connector.api import MAX_BULK_ROWS
 from connector.push.apply import PushResult
-from connector.push.plan import BULK_ROWS, Plan
+from connector.push.plan import Plan
 
 __all__ = ["describe_plan", "describe_result"]
 
@@ -23,8 +24,8 @@ def describe_plan(plan: Plan, sample: int = SAMPLE) -> str:
         f"  source rows {plan.source_rows}, table rows {plan.table_rows}",
         f"  create {creates}, update {updates}, delete {deletes}, "
         f"unchanged {plan.unchanged}, skipped {plan.skipped}",
-        f"  requests: {math.ceil(creates / BULK_ROWS)} bulk create + {updates} update + "
-        f"{math.ceil(deletes / BULK_ROWS)} bulk delete = {plan.requests}",
+        f"  requests: {math.ceil(creates / MAX_BULK_ROWS)} bulk create + {updates} update + "
+        f"{math.ceil(deletes / MAX_BULK_ROWS)} bulk delete = {plan.requests}",
     ]
     if plan.ignored:
         lines.append(f"  ignored columns: {', '.join(plan.ignored)}")

@@ -19,7 +19,7 @@ import pandas as pd
 from connector.errors import ConfigError, InputError
 from connector.push.coerce import coerce_column
 from connector.push.source import Source
-from connector.schema import Table
+from connector.schema import Column, Table
 
 __all__ = ["Key", "Prepared", "Problem", "ValidationReport", "validate"]
 
@@ -108,85 +108,88 @@ class Prepared:
 def validate(source: Source, table: Table, key: Key, *, mode: str = "upsert") -> Prepared:
     """Coerce `source` to `table`'s types and check it, or raise one `ValidationReport`."""
     system = table.system_names()
-    renames: dict[str, str] = {}
-    if key.by_id and system["id"] not in source.frame.columns and "id" in source.frame.columns:
-        renames["id"] = system["id"]
-    frame = source.frame.rename(columns=renames)
+    frame = source.frame
+    if key.by_id and system["id"] not in frame.columns and "id" in frame.columns:
+        frame = frame.rename(columns={"id": system["id"]})
     ignorable = {system["created_at"], system["updated_at"]}
     if not key.by_id:
         ignorable.add(system["id"])
-    known = set(table.column_names) | set(key.columns)
 
-    problems: list[Problem] = []
-    for name in frame.columns:
-        if name not in known and name not in ignorable:
-            problems.append(
-                Problem(1, name, None, f"not a column of table {table.name!r} "
-                        f"(columns: {', '.join(table.column_names)})")
-            )
-    for name in key.columns:
-        if name not in frame.columns:
-            problems.append(Problem(1, "id" if key.by_id else name, None,
-                                    "key column missing from the source"))
-    if mode in CREATING_MODES:
-        for col in table.columns:
-            if col.required and col.name not in frame.columns:
-                problems.append(Problem(
-                    1, col.name, None,
-                    f"required column missing from the source (needed to create rows in "
-                    f"mode {mode!r}; use --mode update to change existing rows only)",
-                ))
-
+    problems = _header_problems(list(frame.columns), table, key, mode, ignorable)
     columns = tuple(c.name for c in table.columns if c.name in frame.columns)
     out: dict[str, pd.Series] = {}
     coercions: Counter[str] = Counter()
-    cell_problems: list[tuple[int, Problem]] = []
+    cells: list[tuple[int, Problem]] = []
     if key.by_id and key.columns[0] in frame.columns:
         ids = frame[key.columns[0]].astype("string").str.strip()
         out[key.columns[0]] = ids.mask(ids == "").reset_index(drop=True)
     for name in columns:
-        col = table.column(name)
-        cells = frame[name]
-        coerced = coerce_column(cells, col)
-        coercions.update(coerced.counts)
-        values = coerced.values
-        for pos, message in coerced.errors.items():
-            cell_problems.append((pos, _cell(source, pos, name, cells.iat[pos], message)))
-        if col.kind.name == "choice" and col.options is not None:
-            outside = values.notna().to_numpy() & ~values.isin(col.options).to_numpy(dtype=bool)
-            options = ", ".join(repr(o) for o in col.options)
-            for pos in np.flatnonzero(outside).tolist():
-                cell_problems.append((int(pos), _cell(
-                    source, int(pos), name, cells.iat[pos], f"not one of the options: {options}"
-                )))
-        if col.required and name not in key.columns:
-            failed = set(coerced.errors)
-            for pos in np.flatnonzero(values.isna().to_numpy()).tolist():
-                if int(pos) not in failed:
-                    cell_problems.append((int(pos), _cell(
-                        source, int(pos), name, None, "a value is required"
-                    )))
-        out[name] = values
+        out[name] = _column(source, frame[name], table.column(name), key, coercions, cells)
+    if all(k in out for k in key.columns) and len(frame):
+        cells.extend(_key_problems(source, out, key, {pos for pos, _ in cells}))
 
-    keyed = [k for k in key.columns if k in out]
-    if len(keyed) == len(key.columns) and len(frame):
-        cell_problems.extend(_key_problems(source, out, key, set(dict(cell_problems))))
-
-    cell_problems.sort(key=lambda item: item[0])
-    problems.extend(p for _, p in cell_problems)
+    cells.sort(key=lambda item: item[0])
+    problems.extend(p for _, p in cells)
     if problems:
         raise ValidationReport(source.name, problems)
-    canonical = pd.DataFrame(out, index=pd.RangeIndex(len(frame)))
     ordered = [*key.columns, *(c for c in columns if c not in key.columns)]
     return Prepared(
         source=source,
         table=table,
         key=key,
-        frame=canonical[ordered],
+        frame=pd.DataFrame(out, index=pd.RangeIndex(len(frame)))[ordered],
         columns=columns,
         ignored=tuple(c for c in frame.columns if c in ignorable),
         coercions=coercions,
     )
+
+
+def _header_problems(
+    names: list[str], table: Table, key: Key, mode: str, ignorable: set[str]
+) -> list[Problem]:
+    """Unknown columns, and key or required columns the source lacks (all on row 1)."""
+    known = set(table.column_names) | set(key.columns) | ignorable
+    problems = [
+        Problem(1, name, None,
+                f"not a column of table {table.name!r} (columns: {', '.join(table.column_names)})")
+        for name in names if name not in known
+    ]
+    problems += [
+        Problem(1, "id" if key.by_id else name, None, "key column missing from the source")
+        for name in key.columns if name not in names
+    ]
+    if mode in CREATING_MODES:
+        problems += [
+            Problem(1, col.name, None,
+                    f"required column missing from the source (needed to create rows in mode "
+                    f"{mode!r}; use --mode update to change existing rows only)")
+            for col in table.columns if col.required and col.name not in names
+        ]
+    return problems
+
+
+def _column(
+    source: Source, cells: pd.Series, col: Column, key: Key, coercions: Counter[str],
+    problems: list[tuple[int, Problem]],
+) -> pd.Series:
+    """One column's canonical values; its bad cells are added to `problems` by position."""
+    coerced = coerce_column(cells, col)
+    coercions.update(coerced.counts)
+    values = coerced.values
+    for pos, message in coerced.errors.items():
+        problems.append((pos, _cell(source, pos, col.name, cells.iat[pos], message)))
+    if col.kind.name == "choice" and col.options is not None:
+        outside = values.notna().to_numpy() & ~values.isin(col.options).to_numpy(dtype=bool)
+        options = ", ".join(repr(o) for o in col.options)
+        for pos in np.flatnonzero(outside).tolist():
+            message = f"not one of the options: {options}"
+            problems.append((pos, _cell(source, pos, col.name, cells.iat[pos], message)))
+    if col.required and col.name not in key.columns:
+        empty = values.isna().to_numpy()
+        for pos in np.flatnonzero(empty).tolist():
+            if pos not in coerced.errors:
+                problems.append((pos, _cell(source, pos, col.name, None, "a value is required")))
+    return values
 
 
 def _key_problems(
