@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import nbformat
@@ -44,6 +46,19 @@ def test_the_analysis_notebook_runs_against_the_demo_workspace(
     text = "".join(o.get("text", "") for o in outputs)
     assert "update " in text and "mode update" in text  # the plan was printed before the push
     assert _escalated(server) > escalated_before  # the change was pushed back
+
+
+def _this_python_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A kernelspec that runs this interpreter (the venv's python), found first on JUPYTER_PATH,
+    so a `python3` kernelspec elsewhere on the machine cannot pick another Python."""
+    name = "connector-tests"
+    spec = tmp_path / "jupyter" / "kernels" / name
+    spec.mkdir(parents=True)
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    kernel = {"argv": argv, "display_name": "connector tests", "language": "python"}
+    (spec / "kernel.json").write_text(json.dumps(kernel))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    return name
 
 
 def _escalated(server: RunningServer) -> int:
