@@ -32,6 +32,7 @@ __all__ = [
     "PushSpec",
     "Source",
     "TableSelection",
+    "key_path",
     "load_job",
 ]
 
@@ -502,6 +503,11 @@ def _redact_url(url: str) -> str:
 def _q(name: str) -> str:
     """A TOML-style key path segment: bare when it can be, quoted otherwise."""
     return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else f'"{name}"'
+
+
+def key_path(*parts: str) -> str:
+    """``tables.filter."My Orders".Status``: a key path as a TOML file spells it."""
+    return ".".join(_q(p) for p in parts)
 
 
 def _kind(value: Any) -> str:

@@ -37,7 +37,7 @@ from connector.errors import (
     PermissionDenied,
 )
 from connector.extract import Extraction, _Caster, read_batches
-from connector.jobs.config import Job, PushSpec
+from connector.jobs.config import Job, PushSpec, key_path
 from connector.jobs.lock import job_lock
 from connector.jobs.sinks import Sink, open_sink
 from connector.jobs.state import JobState, RunRecord, TableState, load_state, save_state
@@ -235,7 +235,7 @@ class _Sync:
         for c in conditions:
             if c.column not in table.column_names:
                 raise ConfigError(
-                    f"{self.job.path}: tables.filter.{table.name}.{c.column}: table "
+                    f"{self.job.path}: {key_path('tables', 'filter', table.name, c.column)}: table "
                     f"{table.name!r} has no column {c.column!r}; columns: {table.column_names}"
                 )
         return {c.column: {c.op: c.value} for c in conditions}
