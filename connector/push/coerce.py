@@ -13,9 +13,9 @@ only cells of an unusual kind for their column (a number in a text column, say) 
 from __future__ import annotations
 
 import datetime as dt
-import math
 import numbers
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,6 +174,9 @@ class _Ctx:
         mask = (self.kinds == kind) & ~self.nulls
         if not mask.any():
             return
+        if (self.type, kind) in (("number", "number"), ("checkbox", "bool")):
+            self._same_kind(np.flatnonzero(mask))
+            return
         rule = _NATIVE_RULES[self.type].get(kind)
         for pos in np.flatnonzero(mask).tolist():
             value = self.cells.iat[pos]
@@ -187,10 +190,24 @@ class _Ctx:
                 self.counts[counted] += 1
 
 
+    def _same_kind(self, positions: np.ndarray[Any, Any]) -> None:
+        """Numbers into a number column, booleans into a checkbox column: all at once."""
+        raw = self.cells.iloc[positions].to_numpy()
+        if self.type == "checkbox":
+            self.out.iloc[positions] = raw.astype(bool)  # type: ignore[call-overload]
+            return
+        numbers_ = pd.to_numeric(pd.Series(raw), errors="coerce").to_numpy(dtype=float)
+        finite = np.isfinite(numbers_)
+        self.out.iloc[positions[finite]] = numbers_[finite]  # type: ignore[call-overload]
+        for pos in positions[~finite]:
+            self.errors[int(pos)] = _NOT[self.type]
+
+
 # --- rules for text cells (vectorised) ---------------------------------------------------
 
-_StringRule = Any  # Callable[[pd.Series], tuple[pd.Series, np.ndarray, Counter[str]]]
-_NativeRule = Any  # Callable[[Any], tuple[Any, str | None] | None]
+_StringRule = Callable[[pd.Series], tuple[pd.Series, np.ndarray[Any, Any], Counter[str]]]
+#: Converts one native cell: (value, rule name to count or None), or None when it cannot.
+_NativeRule = Callable[[Any], tuple[Any, str | None] | None]
 
 _NOT: dict[str, str] = {
     "text": "not text",
@@ -284,11 +301,6 @@ def _text_from_date(value: Any) -> tuple[str, str]:
     return stamp.isoformat(sep=" "), "text from date"
 
 
-def _number_from_number(value: Any) -> tuple[float, None] | None:
-    number = float(value)
-    return (number, None) if math.isfinite(number) else None
-
-
 def _checkbox_from_number(value: Any) -> tuple[bool, str] | None:
     number = float(value)
     return (bool(number), "checkbox from number") if number in (0.0, 1.0) else None
@@ -317,8 +329,8 @@ _NATIVE_RULES: dict[str, dict[str, _NativeRule]] = {
         "datetime": _text_from_date,
         "other": lambda v: (str(v), "text from other value"),
     },
-    "number": {"number": _number_from_number},
-    "checkbox": {"bool": lambda v: (bool(v), None), "number": _checkbox_from_number},
+    "number": {},  # numbers: `_Ctx._same_kind`
+    "checkbox": {"number": _checkbox_from_number},  # booleans: `_Ctx._same_kind`
     "date": {"date": _date_from_date, "datetime": _date_from_date, "number": _date_from_serial},
 }
 _NATIVE_RULES["choice"] = {**_NATIVE_RULES["text"]}
