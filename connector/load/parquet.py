@@ -20,14 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from connector.load.atomic import atomic_path
-from connector.schema import (
-    META_COLUMN_TYPE,
-    META_OPTIONS,
-    META_SYSTEM,
-    Column,
-    Table,
-    frame_from_arrow,
-)
+from connector.schema import META_COLUMN_TYPE, META_OPTIONS, META_SYSTEM, TYPES, column_type
 
 __all__ = ["ROW_GROUP_ROWS", "conform", "merge_parquet", "write_parquet"]
 
@@ -162,14 +155,24 @@ def _file_schema(schema: pa.Schema, extracted_at: datetime) -> pa.Schema:
 
 
 def _pandas_metadata(schema: pa.Schema) -> bytes:
-    """pandas' own schema note, so `pd.read_parquet` restores our nullable dtypes
-    (boolean, Float64, string, date) instead of object/float columns."""
-    user = []
+    """pandas' own schema note, so a plain `pd.read_parquet` restores our nullable dtypes
+    (string, Float64, boolean, date) instead of object and float columns.
+
+    Written by hand from `connector.schema`'s dtype names, so writing Parquet never imports
+    pandas. Choices (dictionary -> categorical) and UTC timestamps need no note.
+    """
+    columns = []
     for f in schema:
         meta = f.metadata or {}
         if META_COLUMN_TYPE in meta:
-            options = json.loads(meta[META_OPTIONS]) if META_OPTIONS in meta else None
-            user.append(Column(f.name, meta[META_COLUMN_TYPE].decode(), options=options))
-    table = Table(id="", name="", columns=tuple(user))
-    empty = frame_from_arrow(schema.empty_table(), table)
-    return bytes(pa.Schema.from_pandas(empty, preserve_index=False).metadata[META_PANDAS])
+            dtype = column_type(meta[META_COLUMN_TYPE].decode()).pandas_name
+        elif meta.get(META_SYSTEM) == b"id":
+            dtype = TYPES["text"].pandas_name
+        else:
+            continue
+        if dtype != TYPES["choice"].pandas_name:
+            columns.append({"name": f.name, "field_name": f.name, "pandas_type": "object",
+                            "numpy_type": dtype, "metadata": None})
+    note = {"index_columns": [], "column_indexes": [], "columns": columns,
+            "creator": {"library": "connector"}}
+    return json.dumps(note).encode()
