@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import csv
 import time
-from collections.abc import Awaitable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -136,11 +137,12 @@ class _Run:
         self.rejected: list[Rejected] = []
         self._next_read: asyncio.Future[Live] | None = None
 
-    async def send(self, request: Awaitable[T]) -> T:
+    async def send(self, request: Callable[[], Awaitable[T]]) -> T:
+        """One write request, when a slot is free (the client's limiter paces it too)."""
         async with self.slots:
             self.requests += 1
             try:
-                return await request
+                return await request()
             finally:
                 if self.bar is not None:
                     self.bar.update(1)
@@ -148,7 +150,8 @@ class _Run:
     async def create(self, batch: list[Create]) -> None:
         for attempt in range(MAX_RECOVERIES + 1):
             try:
-                await self.send(self.aclient.create_rows(self.table_id, [c.fields for c in batch]))
+                rows = [c.fields for c in batch]
+                await self.send(partial(self.aclient.create_rows, self.table_id, rows))
             except ApiValidationError as exc:
                 await self._bisect(batch, exc)
                 return
@@ -180,7 +183,9 @@ class _Run:
 
     async def update(self, update: Update) -> None:
         try:
-            await self.send(self.aclient.update_row(self.table_id, update.id, update.fields))
+            await self.send(
+                partial(self.aclient.update_row, self.table_id, update.id, update.fields)
+            )
         except ApiValidationError as exc:
             self._reject(update.row, update.id, update.fields, exc)
             return
@@ -192,7 +197,7 @@ class _Run:
     async def delete(self, ids: list[str]) -> None:
         for attempt in range(MAX_RECOVERIES + 1):
             try:
-                await self.send(self.aclient.delete_rows(self.table_id, ids))
+                await self.send(partial(self.aclient.delete_rows, self.table_id, ids))
             except NotFound:
                 # All or nothing: some id is gone already (an unanswered earlier try, or
                 # someone else). Delete the ones still there.
