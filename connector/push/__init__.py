@@ -141,7 +141,7 @@ async def _push(
         prepared = validate(data, schema, parsed, mode=mode)
         live = await read_live_async(client, schema)
         plan = make_plan(prepared, live, cast(Mode, mode))
-        if dry_run:
+        if plan_out is None and dry_run:
             return PushResult(plan, dry_run=True, seconds=time.perf_counter() - started)
         check_delete_guard(plan, max_delete_ratio=max_delete_ratio, allow_delete=allow_delete)
         if plan_out is not None:

@@ -122,3 +122,14 @@ def test_unknown_table_and_key_are_usage_errors(server: RunningServer, tmp_path:
     assert no_table.exit_code == 2 and "'nope'" in no_table.output
     no_key = run(server, "push", str(path), "--table", "usage", "--key", "Size")
     assert no_key.exit_code == 2 and "no column 'Size'" in no_key.output
+
+
+def test_dry_run_with_plan_out_still_saves_the_plan(server: RunningServer, tmp_path: Path) -> None:
+    table_id = stock(server, "both", 1)
+    source = tmp_path / "stock.csv"
+    source.write_text("Sku,Qty\ns0,3\n", encoding="utf-8")
+    plan = tmp_path / "plan.json"
+    result = run(server, "push", str(source), "--table", "both", "--key", "Sku", "--dry-run",
+                 "--plan-out", str(plan))
+    assert result.exit_code == 0 and "update 1" in result.output and plan.exists()
+    assert rows(server, table_id) == {"s0": 0}
