@@ -1,5 +1,5 @@
-"""Property: for any schema, table and source, after a push the table equals the source on the
-key and the source's columns, and planning the same push again finds nothing to do."""
+"""Property: for any schema, table, source and mode, after a push the table equals the source on
+the key and the source's columns (the rest as the mode says), and a second plan is empty."""
 
 from __future__ import annotations
 
