@@ -12,6 +12,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import sqlalchemy as sa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from connector.errors import ConfigError, DestinationError
 from connector.load.sql import delete_ids, load_table
@@ -260,3 +262,21 @@ def test_killed_replace_leaves_the_previous_table_and_a_rerun_works(
     assert load_table(batches(numbered(300)), TABLE, url) == 300
     assert len(rows_of(engine)) == 300
     assert tables_in(engine) == ["orders"]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    texts=st.lists(st.text(st.characters(exclude_characters="\x00", exclude_categories=["Cs"])),
+                   min_size=1, max_size=8),
+    numbers=st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=8, max_size=8),
+)
+def test_any_text_and_number_survives_exactly(
+    engine: sa.Engine, texts: list[str], numbers: list[float]
+) -> None:
+    rows = [{**numbered(1, start=i)[0], "Name": text, "id": text, "Amount": numbers[i]}
+            for i, text in enumerate(texts)]
+    load_table(batches(rows), TABLE, engine)
+    got = rows_of(engine)
+    assert [(r["Name"], r["id"], r["Amount"]) for r in got] == [
+        (r["Name"], r["id"], r["Amount"]) for r in sorted(rows, key=lambda r: r["_id"])
+    ]
