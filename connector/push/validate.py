@@ -149,9 +149,12 @@ def _header_problems(
 ) -> list[Problem]:
     """Unknown columns, and key or required columns the source lacks (all on row 1)."""
     known = set(table.column_names) | set(key.columns) | ignorable
+    folded = {n.casefold(): n for n in table.column_names}
     problems = [
-        Problem(1, name, None,
-                f"not a column of table {table.name!r} (columns: {', '.join(table.column_names)})")
+        Problem(1, name, None, f"not a column of table {table.name!r} " + (
+            f"(did you mean {folded[name.casefold()]!r}?)" if name.casefold() in folded
+            else f"(columns: {', '.join(table.column_names)})"
+        ))
         for name in names if name not in known
     ]
     problems += [

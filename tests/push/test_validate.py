@@ -53,6 +53,11 @@ def test_every_problem_is_reported_at_once_by_spreadsheet_row() -> None:
     ]
 
 
+def test_a_column_named_in_another_case_gets_a_suggestion() -> None:
+    found = problems(source(name=["Ann"]), key="Age", mode="update")
+    assert found[0] == "row 1, column 'name': not a column of table 'People' (did you mean 'Name'?)"
+
+
 def test_required_values_and_columns() -> None:
     table_key = "Age"
     found = problems(source(Name=["Ann", None], Age=["1", "2"]), key=table_key)
