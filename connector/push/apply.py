@@ -8,7 +8,9 @@ Two failures need care:
 
 * A bulk create that fails *ambiguously* (a 5xx, a timeout, a dropped connection) may have
   been committed. It is never retried blindly: the table is re-read, and only the rows whose
-  key is still missing are sent again.
+  key is still missing are sent again. (The API has no idempotency keys, so a request that a
+  server is *still* processing when our timeout fires cannot be seen by the re-read; a rerun
+  of the push would then find the duplicate key and refuse with `PlanError`.)
 * A bulk create rejected with ``VALIDATION_ERROR`` (all or nothing) is split in halves until
   the bad rows are alone: the good rows go in, the bad ones are reported as `Rejected`.
 """
