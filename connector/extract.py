@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, AsyncClient, Client
 from connector.api.client import Filter
@@ -447,20 +448,21 @@ class _Caster:
         kind = column.kind.name
         if kind == "choice":
             return _choices(column, values)
-        parse = _PARSERS[kind]
         arrow_type = column.arrow_type
-        clean = [None if v is None or v == "" else v for v in values]
-        try:
+        try:  # the fast path: the cells already have the column's JSON type
             if kind == "date":
-                return pa.array(clean, pa.string()).cast(arrow_type)
-            return pa.array(clean, arrow_type, from_pandas=True)
+                return _blank_is_null(pa.array(values, pa.string())).cast(arrow_type)
+            if kind == "text":
+                return _blank_is_null(pa.array(values, arrow_type))
+            return pa.array(values, arrow_type, from_pandas=True)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
             pass
+        parse = _PARSERS[kind]
         parsed: list[Any] = []
         bad = 0
-        for value in clean:
+        for value in values:
             try:
-                parsed.append(None if value is None else parse(value))
+                parsed.append(None if value is None or value == "" else parse(value))
             except (TypeError, ValueError, OverflowError):
                 parsed.append(None)
                 bad += 1
@@ -472,6 +474,14 @@ class _Caster:
                 stacklevel=2,
             )
         return pa.array(parsed, arrow_type, from_pandas=True)
+
+
+def _blank_is_null(strings: pa.Array) -> pa.Array:
+    """Empty cells are nulls, never empty strings (nor "nan")."""
+    blank = pc.equal(strings, "")
+    if not pc.any(blank).as_py():
+        return strings
+    return pc.if_else(blank, pa.scalar(None, strings.type), strings)
 
 
 def _number(value: Any) -> float:
@@ -515,21 +525,29 @@ _PARSERS: Mapping[str, Callable[[Any], Any]] = {
 
 def _choices(column: Column, values: list[Any]) -> pa.Array:
     """A dictionary array whose dictionary is the column's options (plus any stray values)."""
-    dictionary = list(column.options or ())
-    index = {option: i for i, option in enumerate(dictionary)}
-    codes: list[int | None] = []
+    options = list(column.options or ())
+    dictionary = pa.array(options, pa.string())
+    try:
+        strings = _blank_is_null(pa.array(values, pa.string()))
+        codes = pc.index_in(strings, value_set=dictionary)
+        if codes.null_count == strings.null_count:  # every value is one of the options
+            return pa.DictionaryArray.from_arrays(codes.cast(pa.int32()), dictionary)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        pass
+    index = {option: i for i, option in enumerate(options)}
+    indices: list[int | None] = []
     for value in values:
         if value is None or value == "":
-            codes.append(None)
+            indices.append(None)
             continue
         text = _text(value)
         code = index.get(text)
         if code is None:
-            code = index[text] = len(dictionary)
-            dictionary.append(text)
-        codes.append(code)
+            code = index[text] = len(options)
+            options.append(text)
+        indices.append(code)
     return pa.DictionaryArray.from_arrays(
-        pa.array(codes, pa.int32()), pa.array(dictionary, pa.string())
+        pa.array(indices, pa.int32()), pa.array(options, pa.string())
     )
 
 
