@@ -37,16 +37,11 @@ class Live:
         """Canonical columns straight from the extraction's Arrow types (no per-cell work)."""
         system = table.system_names()
         frame: dict[str, pd.Series] = {
-            system["id"]: _string(data.column(system["id"])),
-            system["updated_at"]: _string(data.column(system["updated_at"])),
+            system["id"]: _canonical(data.column(system["id"]), "string"),
+            system["updated_at"]: _canonical(data.column(system["updated_at"]), "string"),
         }
         for col in table.columns:
-            values = data.column(col.name)
-            dtype = canonical_dtype(col)
-            if dtype == "string":
-                frame[col.name] = _string(values)
-            else:
-                frame[col.name] = pd.Series(values.to_pylist(), dtype=dtype)
+            frame[col.name] = _canonical(data.column(col.name), canonical_dtype(col))
         return cls(table, pd.DataFrame(frame, index=pd.RangeIndex(data.num_rows)))
 
 
@@ -63,7 +58,9 @@ async def read_live_async(client: Client, table: Table) -> Live:
     return await asyncio.to_thread(read_live, client, table)
 
 
-def _string(values: pa.ChunkedArray) -> pd.Series:
-    if pa.types.is_dictionary(values.type) or not pa.types.is_string(values.type):
-        values = values.cast(pa.string())
-    return pd.Series(values.to_pylist(), dtype="string")
+def _canonical(values: pa.ChunkedArray, dtype: str) -> pd.Series:
+    """An Arrow column as `dtype`: choices and dates as text, numbers, booleans."""
+    if dtype == "string" and not pa.types.is_string(values.type):
+        values = values.cast(pa.string())  # dictionary (choice), date32, timestamps
+    target = pd.api.types.pandas_dtype(dtype)
+    return pd.Series(values.to_pandas(types_mapper=lambda _: target))
