@@ -420,7 +420,7 @@ class _Parser:
                 where,
                 "is not a SQLAlchemy URL (like sqlite:///out.db or postgresql+psycopg://host/db)",
             ) from None
-        if parsed.password and parsed.password != "***":
+        if parsed.password:
             raise self.error(
                 where,
                 "holds a password: leave it out and let the driver read it from the "
@@ -487,7 +487,7 @@ def _looks_like_a_key(value: str) -> bool:
 
 def _check_url(parser: _Parser, where: str, url: str) -> None:
     if not re.match(r"https?://[^/\s]+", url):
-        raise parser.error(where, f"must be an http(s) URL ending in /v1, got {url!r}")
+        raise parser.error(where, "must be an http(s) URL like https://host/v1 (value not shown)")
     if "@" in url.split("/")[2]:
         raise parser.error(
             where, "must not carry credentials; the key comes from source.api_key_env"

@@ -389,3 +389,15 @@ def test_a_sync_rides_out_throttling_and_server_errors(
     assert (people.rows_read, people.rows_deleted) == (1, 1)
     names = set(parquet_people(tmp_path / "pq").index)
     assert names == {f"P{i:03d}" for i in range(151)} - {"P007"}
+
+
+def test_deleted_rows_can_be_kept(workspace: Workspace, tmp_path: Path) -> None:
+    job = workspace.job("[sync]\nincremental = true\ndeletes = 'keep'\n" + BOTH)
+    workspace.run(job)
+    change_people(workspace)
+
+    summary = workspace.run(job)
+
+    assert result(summary, "People").rows_deleted == 0
+    assert sorted(parquet_people(tmp_path / "pq").index) == sorted([*NAMES, "P100"])
+    assert sorted(sql_people(f"sqlite:///{tmp_path / 'wh.db'}")) == sorted([*NAMES, "P100"])
