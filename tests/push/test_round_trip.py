@@ -116,3 +116,23 @@ def test_an_export_pushes_back_by_row_id(server_factory: ServerFactory, tmp_path
     again = pd.read_parquet(second)
     assert normal(again) == normal(edit)
     assert sorted(again["_id"]) == sorted(edit["_id"])
+
+
+def test_a_workspace_frame_pushes_back_unchanged_then_edited(
+    server_factory: ServerFactory,
+) -> None:
+    from connector.workspace import Workspace
+
+    server = server_factory()
+    table_id = server.create_table(PEOPLE)
+    server.insert_rows(table_id, seed(12))
+    with Client(server.base_url, server.api_key) as client:
+        ws = Workspace(client=client)
+        frame = ws.read("People")  # typed: categorical, Float64, boolean, date32
+        same = ws.push(frame, table="People", key="Name")
+        assert same.plan.is_empty and same.plan.unchanged == 12
+        frame.loc[frame["Name"] == "p07", "Born"] = dt.date(1999, 12, 31)
+        frame.loc[frame["Name"] == "p08", "Member"] = pd.NA
+        edited = ws.push(frame, table="People", key="Name")
+        assert (edited.created, edited.updated) == (0, 2)
+        assert normal(ws.read("People")) == normal(frame)
