@@ -8,6 +8,7 @@ booleans; ``{"eq": null}`` matches empty cells.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -62,16 +63,51 @@ class RowQuery:
                 params.append(cond.value)
         return " AND ".join(sql), params
 
-    def order_by(self) -> str:
+    def order_by(self, keys: tuple[str, ...] | None = None) -> str:
         direction = " DESC" if self.descending else ""
-        return ", ".join(k + direction for k in self.keys)
+        return ", ".join(k + direction for k in (keys or self.keys))
 
-    def seek(self, key: tuple[Any, ...]) -> tuple[str, list[Any]]:
-        """The condition "at or after `key` in this order"."""
-        op = "<=" if self.descending else ">="
-        cols = ", ".join(self.keys)
-        marks = ", ".join("?" for _ in self.keys)
-        return f"({cols}) {op} ({marks})", list(key)
+    @property
+    def by_cell(self) -> bool:
+        """Sorted by a user column: the leading key is a JSON expression, not a column."""
+        return len(self.keys) == 3
+
+    def sort_index(self) -> str | None:
+        """DDL of the expression index that lets SQLite walk a user-column order."""
+        if not self.by_cell:
+            return None
+        name = "rows_by_" + hashlib.sha1(self.keys[0].encode()).hexdigest()[:16]
+        return f"CREATE INDEX IF NOT EXISTS {name} ON rows (table_id, {', '.join(self.keys)})"
+
+    def segments(self, key: tuple[Any, ...] | None, *, exact: bool) -> list[tuple[str, list[Any]]]:
+        """SELECTs (without LIMIT) whose results, concatenated, are this order from `key` on.
+
+        With no key: the whole order. With a key: rows at or after it, as index ranges.
+        SQLite seeks a row-value range on plain columns, but not on an expression, so a
+        user-column order with `exact` seeks in two ranges: the rest of the key's group
+        (equal cell, then created_at, id), then the later groups. Without `exact` (an
+        OFFSET follows) it seeks to the group and filters by the whole key.
+        """
+        where, params = self.where()
+        select = f"SELECT id, created_at, updated_at, fields, {', '.join(self.keys)} FROM rows WHERE "
+        if key is None:
+            return [(f"{select}{where} ORDER BY {self.order_by()}", params)]
+        at_or_after = "<=" if self.descending else ">="
+        after = "<" if self.descending else ">"
+        cols, marks = ", ".join(self.keys), ", ".join("?" for _ in self.keys)
+        whole = f"({cols}) {at_or_after} ({marks})"
+        if not self.by_cell:
+            return [(f"{select}{where} AND {whole} ORDER BY {self.order_by()}", [*params, *key])]
+        head, rest = self.keys[0], self.keys[1:]
+        if not exact:
+            sql = f"{select}{where} AND {head} {at_or_after} ? AND {whole} ORDER BY {self.order_by()}"
+            return [(sql, [*params, key[0], *key])]
+        same = f"{where} AND {head} = ? AND ({', '.join(rest)}) {at_or_after} (?, ?)"
+        later = f"{where} AND {head} {after} ?"
+        return [
+            (f"{select}{same} ORDER BY {self.order_by(rest)}", [*params, *key]),
+            (f"{select}{later} ORDER BY {self.order_by()}", [*params, key[0]]),
+        ]
 
 
 def parse(table: TableDef, params: Mapping[str, str]) -> RowQuery:

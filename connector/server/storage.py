@@ -37,6 +37,9 @@ from connector.server.query import RowQuery
 
 DEFAULT_DB = "connector-server.db"
 
+#: Sorting a table this big by a user column first builds an index on that column.
+SORT_INDEX_MIN_ROWS = 5_000
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tables (
     id TEXT PRIMARY KEY,
@@ -146,6 +149,7 @@ class Storage:
         self._db.executescript(_SCHEMA)
         self.clock = Clock()
         self.offsets = OffsetIndex()
+        self._indexed: set[str] = set()
 
     def close(self) -> None:
         self._db.close()
@@ -218,24 +222,22 @@ class Storage:
 
     def list_rows(self, table: TableDef, query: RowQuery) -> Page:
         """One page, seeking from the nearest remembered offset (see `paging`)."""
+        self._ensure_sort_index(table, query)
         with self._read() as db:
             version, row_count = db.execute(
                 "SELECT version, row_count FROM tables WHERE id = ?", (table.id,)
             ).fetchone()
             sig = query.signature
-            where, params = query.where()
-            skip = query.offset
+            key, skip = None, query.offset
             mark = self.offsets.nearest(sig, version, query.offset)
             if mark is not None:
-                at, key = mark
-                seek, seek_params = query.seek(key)
-                where, params, skip = f"{where} AND {seek}", params + seek_params, query.offset - at
-            keys = ", ".join(query.keys)
-            sql = (
-                f"SELECT id, created_at, updated_at, fields, {keys} FROM rows WHERE {where} "
-                f"ORDER BY {query.order_by()} LIMIT ? OFFSET ?"
-            )
-            found = db.execute(sql, [*params, query.limit + 1, skip]).fetchall()
+                key, skip = mark[1], query.offset - mark[0]
+            found: list[Any] = []
+            for sql, params in query.segments(key, exact=skip == 0):
+                want = query.limit + 1 - len(found)
+                if want <= 0:
+                    break
+                found += db.execute(f"{sql} LIMIT ? OFFSET ?", [*params, want, skip]).fetchall()
             n = len(query.keys)
             if found:
                 self.offsets.remember(sig, version, query.offset, tuple(found[0][4 : 4 + n]))
@@ -252,6 +254,17 @@ class Storage:
                     self.offsets.remember_total(sig, version, cached)
                 total = cached
         return Page([_row(table, r) for r in found], total)
+
+    def _ensure_sort_index(self, table: TableDef, query: RowQuery) -> None:
+        """Index a user-column order once the table is big enough for scans to hurt."""
+        ddl = query.sort_index()
+        if ddl is None or ddl in self._indexed:
+            return
+        found = self._db.execute("SELECT row_count FROM tables WHERE id = ?", (table.id,)).fetchone()
+        if found and found[0] >= SORT_INDEX_MIN_ROWS:
+            with self._write() as db:
+                db.execute(ddl)
+            self._indexed.add(ddl)
 
     def get_row(self, table: TableDef, row_id: str) -> dict[str, Any] | None:
         found = self._db.execute(
