@@ -135,9 +135,9 @@ class _Gate:
                 raise ApiProblem(500, "injected failure (--fail-rate); nothing was done")
             if faults.hit(faults.throttle_rate):
                 raise ApiProblem(429, "injected throttling (--throttle-rate)", headers={"Retry-After": "1"})
-            key, digest = self._authenticate(request)
+            key = self._authenticate(request)
             if self.limiter is not None:
-                wait = self.limiter.wait(digest)
+                wait = self.limiter.wait(key.digest)
                 if wait > 0:
                     raise ApiProblem(
                         429,
@@ -155,7 +155,7 @@ class _Gate:
 
         return run
 
-    def _authenticate(self, request: Request) -> tuple[ApiKey, str]:
+    def _authenticate(self, request: Request) -> ApiKey:
         header = request.headers.get("authorization", "")
         scheme, _, raw = header.partition(" ")
         challenge = {"WWW-Authenticate": "Bearer"}
@@ -165,7 +165,7 @@ class _Gate:
         key = self.storage.find_key(raw)
         if key is None:
             raise ApiProblem(401, "invalid API key", headers=challenge)
-        return key, raw
+        return key
 
 
 # -- handlers ---------------------------------------------------------------------------

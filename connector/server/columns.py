@@ -114,7 +114,7 @@ class TableDef:
                 raise invalid(
                     col.name, _where(index) + f"column {col.name!r} is required", index=index
                 )
-        return {k: v for k, v in cells.items() if not _empty(v)}
+        return {k: v for k, v in cells.items() if v is not None}
 
     def check_update(self, fields: Any) -> dict[str, Any]:
         """The cells to change (None clears); a required column may not be cleared."""
@@ -220,10 +220,6 @@ def _is_date(value: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _empty(value: Any) -> bool:
-    return value is None
 
 
 def _where(index: int | None) -> str:

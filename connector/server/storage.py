@@ -70,8 +70,12 @@ CREATE TABLE IF NOT EXISTS keys (
 
 @dataclass(frozen=True)
 class ApiKey:
-    """What a key may do: write or only read; every table, or only `tables` (ids)."""
+    """What a key may do: write or only read; every table, or only `tables` (ids).
 
+    `digest` (the stored hash) identifies the key, e.g. for rate limiting, without the key.
+    """
+
+    digest: str
     read_only: bool
     tables: frozenset[str] | None
 
@@ -379,7 +383,7 @@ class Storage:
         if found is None or not hmac.compare_digest(found[0], digest):
             return None
         tables = None if found[2] is None else frozenset(orjson.loads(found[2]))
-        return ApiKey(read_only=bool(found[1]), tables=tables)
+        return ApiKey(digest=digest, read_only=bool(found[1]), tables=tables)
 
 
 def _table(row: tuple[str, str, str, str]) -> TableDef:

@@ -9,7 +9,7 @@ import pytest
 
 from connector.server.paging import OffsetIndex
 from connector.server.query import parse
-from connector.server.storage import Storage
+from connector.server.storage import SORT_INDEX_MIN_ROWS, Storage
 from tests.server.conftest import PEOPLE
 
 
@@ -65,3 +65,19 @@ def test_seeking_pages_equal_cold_pages(tmp_path: Path, params: dict[str, str]) 
         q = parse(table, {**params, "limit": str(limit), "offset": str(offset)})
         assert warm.list_rows(table, q) == cold.list_rows(table, q)
         cold.offsets = OffsetIndex()
+
+
+@pytest.mark.parametrize("order", ["asc", "desc"])
+def test_a_table_big_enough_for_a_sort_index_pages_in_python_order(tmp_path: Path, order: str) -> None:
+    storage = Storage(str(tmp_path / "big.db"))
+    table = storage.create_table(PEOPLE)
+    rng = random.Random(11)
+    ages = [rng.choice([None, 1, 2, 2.5, 3]) for _ in range(SORT_INDEX_MIN_ROWS)]
+    storage.insert_rows(table, [{"Name": f"n{i}"} | ({"Age": a} if a is not None else {}) for i, a in enumerate(ages)])
+    ranked = sorted(range(len(ages)), key=lambda i: (ages[i] is not None, ages[i] or 0, i))
+    expected = [f"n{i}" for i in (reversed(ranked) if order == "desc" else ranked)]
+    got: list[str] = []
+    for offset in range(0, len(ages), 450):
+        page = storage.list_rows(table, parse(table, {"sort": "Age", "order": order, "limit": "450", "offset": str(offset)}))
+        got += [r["fields"]["Name"] for r in page.rows]
+    assert got == expected

@@ -221,3 +221,17 @@ def test_paging_stays_correct_when_rows_change_between_pages(api: httpx.Client, 
     second = list_rows(api, people, limit=10, offset=10).json()
     assert names(second) == [r["Name"] for r in filled[11:21]]
     assert second["total"] == 59
+
+
+def test_filter_on_updated_at_finds_rows_changed_since(api: httpx.Client, people: str, filled: list[dict[str, Any]]) -> None:
+    rows = list_rows(api, people).json()["rows"]
+    since = max(r["updated_at"] for r in rows)
+    changed = [api.patch(f"/tables/{people}/rows/{rows[i]['id']}", json={"fields": {"Age": 99}}).json() for i in (40, 5)]
+    page = list_rows(api, people, filter={"updated_at": {"gt": since}}, sort="updated_at").json()
+    assert [r["id"] for r in page["rows"]] == [changed[0]["id"], changed[1]["id"]]
+    assert page["total"] == 2
+
+
+def test_head_is_answered_like_get_without_a_body(api: httpx.Client, people: str) -> None:
+    response = api.head(f"/tables/{people}/rows")
+    assert response.status_code == 200 and response.content == b""
