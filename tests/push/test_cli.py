@@ -133,3 +133,17 @@ def test_dry_run_with_plan_out_still_saves_the_plan(server: RunningServer, tmp_p
                  "--plan-out", str(plan))
     assert result.exit_code == 0 and "update 1" in result.output and plan.exists()
     assert rows(server, table_id) == {"s0": 0}
+
+
+def test_a_read_only_key_fails_cleanly_without_writing(server: RunningServer, tmp_path: Path) -> None:
+    table_id = stock(server, "readonly", 1)
+    source = tmp_path / "stock.csv"
+    source.write_text("Sku,Qty\ns0,3\nnew,1\n", encoding="utf-8")
+    key = server.create_key(read_only=True)
+    result = CliRunner().invoke(
+        main, ["push", str(source), "--table", "readonly", "--key", "Sku", "--base-url", server.base_url],
+        env={"CONNECTOR_API_KEY": key},
+    )
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "may not change" in result.output and key not in result.output
+    assert rows(server, table_id) == {"s0": 0}
