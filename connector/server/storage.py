@@ -270,13 +270,6 @@ class Storage:
                 db.execute(ddl)
             self._indexed.add(ddl)
 
-    def get_row(self, table: TableDef, row_id: str) -> dict[str, Any] | None:
-        found = self._db.execute(
-            "SELECT id, created_at, updated_at, fields FROM rows WHERE table_id = ? AND id = ?",
-            (table.id, row_id),
-        ).fetchone()
-        return _row(table, found) if found else None
-
     # -- rows: writes -------------------------------------------------------------------
 
     def insert_rows(self, table: TableDef, cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
