@@ -7,6 +7,7 @@
 2. Paging through the whole table: 1,000,000 rows against 100,000 rows, goal <= 12x.
    a. over HTTP with limit 1000 (the API's maximum page), every page read for real;
    b. through the storage layer with limit 100 (the API's default), every page read.
+   Nothing is sampled or extrapolated; each is the best of two runs.
 3. Bulk create rows/s over HTTP: 100 requests of 100 rows, one client, then four.
 
 Tables are seeded through the server's storage layer, not the API (fast).
@@ -17,6 +18,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -113,7 +115,7 @@ def _bench_offsets(client: httpx.Client, table: str) -> None:
         print(f"   offset {offset:>7,}: {rate:7.0f} pages/s   (first page, cold: {cold * 1000:6.1f} ms)")
     print("   sorted by a number column (sort=Amount): the first request builds its index")
     for offset in (0, 100_000, 900_000):
-        params = {"limit": 100, "sort": "Amount"}
+        params: dict[str, str | int] = {"limit": 100, "sort": "Amount"}
         first = time.perf_counter()
         client.get(f"/tables/{table}/rows", params={**params, "offset": offset}).raise_for_status()
         cold = time.perf_counter() - first
@@ -125,21 +127,24 @@ def _bench_offsets(client: httpx.Client, table: str) -> None:
 
 
 def _bench_paging(client: httpx.Client, db: str, big: str, small: str) -> None:
-    print(f"\n2. paging through {BIG:,} vs {SMALL:,} rows (goal: ratio <= {GOAL_RATIO:g}x; linear is 10x)")
-    n_small, t_small = _page_through_http(client, small, 1000)
-    n_big, t_big = _page_through_http(client, big, 1000)
-    assert (n_small, n_big) == (SMALL, BIG)
-    ratio = t_big / t_small
-    verdict = "ok" if ratio <= GOAL_RATIO else "OVER GOAL"
-    print(f"   a. HTTP, limit 1000:   {t_small:6.2f} s vs {t_big:6.2f} s  ratio {ratio:5.2f}x  [{verdict}]"
-          f"  ({n_big / t_big:,.0f} rows/s)")
-    n_small, t_small = _page_through_storage(db, small, 100)
-    n_big, t_big = _page_through_storage(db, big, 100)
-    assert (n_small, n_big) == (SMALL, BIG)
-    ratio = t_big / t_small
-    verdict = "ok" if ratio <= GOAL_RATIO else "OVER GOAL"
-    print(f"   b. storage, limit 100: {t_small:6.2f} s vs {t_big:6.2f} s  ratio {ratio:5.2f}x  [{verdict}]"
-          f"  ({n_big / t_big:,.0f} rows/s)")
+    print(f"\n2. paging through {BIG:,} vs {SMALL:,} rows, best of 2 each "
+          f"(goal: ratio <= {GOAL_RATIO:g}x; linear is 10x)")
+    ways: dict[str, Callable[[str], tuple[int, float]]] = {
+        "a. HTTP, limit 1000:  ": lambda table: _page_through_http(client, table, 1000),
+        "b. storage, limit 100:": lambda table: _page_through_storage(db, table, 100),
+    }
+    for label, page_through in ways.items():
+        runs: dict[str, list[float]] = {small: [], big: []}
+        for _ in range(2):  # alternate, so a busy moment does not hit one size only
+            for table, rows in ((small, SMALL), (big, BIG)):
+                n, seconds = page_through(table)
+                assert n == rows
+                runs[table].append(seconds)
+        t_small, t_big = min(runs[small]), min(runs[big])
+        ratio = t_big / t_small
+        verdict = "ok" if ratio <= GOAL_RATIO else "OVER GOAL"
+        print(f"   {label} {t_small:6.2f} s vs {t_big:6.2f} s  ratio {ratio:5.2f}x  [{verdict}]"
+              f"  ({BIG / t_big:,.0f} rows/s)")
 
 
 def _bench_bulk(running: RunningServer) -> None:
