@@ -92,6 +92,7 @@ def push(
     """
     if mode not in MODES:
         raise ConfigError(f"--mode {mode!r}: choose one of {', '.join(MODES)}")
+    _check_concurrency(concurrency)
     return _run(_push(
         client, source, table=table, key=key, mode=mode, dry_run=dry_run, sheet=sheet,
         max_delete_ratio=max_delete_ratio, allow_delete=allow_delete, plan_out=plan_out,
@@ -114,6 +115,7 @@ def apply(
             plan = Plan.from_json(path.read_bytes())
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read the plan ({exc.strerror})") from None
+    _check_concurrency(concurrency)
     return _run(_apply_saved(client, plan, rejects, concurrency, progress))
 
 
@@ -134,10 +136,10 @@ async def _push(
     progress: bool | None,
 ) -> PushResult:
     started = time.perf_counter()
+    data: Source = read_source(source, sheet=sheet)  # a bad file fails before any request
     async with client.async_twin() as aclient:
         schema = table if isinstance(table, Table) else await _resolve(aclient, table)
         parsed = Key.parse(key, schema)
-        data: Source = read_source(source, sheet=sheet)
         prepared = validate(data, schema, parsed, mode=mode)
         live = await read_live_async(client, schema)
         plan = make_plan(prepared, live, cast(Mode, mode))
@@ -168,8 +170,6 @@ async def _apply(
     client: Client, aclient: AsyncClient, plan: Plan, rejects: str | Path | None,
     concurrency: int, progress: bool | None,
 ) -> PushResult:
-    if concurrency < 1:
-        raise ConfigError(f"concurrency must be at least 1, not {concurrency}")
     if plan.is_empty:
         return PushResult(plan)
     with progress_bar(f"push {plan.table.name}", plan.requests, enabled=progress) as bar:
@@ -194,6 +194,11 @@ async def _resolve(client: AsyncClient, name_or_id: str) -> Table:
             raise ConfigError(f"--table: several tables are named {name_or_id!r} ({ids}); use an id")
     names = ", ".join(repr(t.name) for t in tables) or "none"
     raise ConfigError(f"--table {name_or_id!r}: no such table (tables this key can read: {names})")
+
+
+def _check_concurrency(concurrency: int) -> None:
+    if concurrency < 1:
+        raise ConfigError(f"concurrency must be at least 1, not {concurrency}")
 
 
 def _write_plan(path: Path, plan: Plan) -> None:
