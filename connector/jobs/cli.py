@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,8 @@ def sync(
     """
     as_json = log_format == "json"
     report = _json_event if as_json else _text_event
+    # A scheduler's stop (SIGTERM) unwinds like an error: temp files go, open loads roll back.
+    previous = signal.signal(signal.SIGTERM, _stop)
     try:
         job = load_job(job_file)
         if state_dir is not None:
@@ -77,11 +80,17 @@ def sync(
             failure = {"job": job_file.stem, "status": "error", "exit_code": exc.exit_code}
             click.echo(json.dumps({**failure, "error": str(exc)}))
         raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if as_json:
         click.echo(json.dumps(summary.to_dict()))
     else:
         _text_summary(summary)
     ctx.exit(summary.exit_code)
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _json_event(event: str, **fields: Any) -> None:

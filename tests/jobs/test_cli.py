@@ -148,3 +148,26 @@ def test_kill_9_mid_sync_leaves_state_and_outputs_then_a_rerun_is_correct(
         pq.read_table(tmp_path / "pq" / "People.parquet", columns=["Name"]).column(0).to_pylist()
     )
     assert sorted(names) == sorted(f"P{i:03d}" for i in range(1050))
+
+
+def test_sigterm_mid_sync_stops_cleanly(make_workspace: MakeWorkspace, tmp_path: Path) -> None:
+    """What systemd or Airflow send to stop a job: no temp files left, state untouched."""
+    ws = make_workspace(people=1000, latency_ms=40)
+    job = ws.job(PARQUET)
+    job.write_text(job.read_text().replace("page_size = 50\n", "page_size = 50\nconcurrency = 1\n"))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {**os.environ, **ws.environ, "TMPDIR": str(scratch)}
+    run = subprocess.Popen(
+        [sys.executable, "-m", "connector", "sync", str(job)], cwd=ROOT, env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    wait_for_lock_holder(tmp_path / "job.lock")
+    time.sleep(0.4)
+    run.terminate()
+    run.communicate(timeout=30)
+
+    assert run.returncode == 128 + 15
+    assert list(scratch.iterdir()) == []  # the spool is gone
+    assert not (tmp_path / "job.state.json").exists()
+    assert not (tmp_path / "pq").exists() or list((tmp_path / "pq").iterdir()) == []
