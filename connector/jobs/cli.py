@@ -59,6 +59,7 @@ def sync(
     Exit codes: 0 ok · 1 failed · 2 bad job file or usage
                 3 partial (some tables or pushes failed or were skipped)
                 75 another run of this job holds the lock (see --wait)
+                143 stopped by SIGTERM (cleanly: nothing half-written)
 
     \b
     Examples:
