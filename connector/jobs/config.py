@@ -275,7 +275,10 @@ class _Parser:
         name = top.string("name", self.file.stem)
         assert name is not None
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
-            raise self.error("name", f"must be letters, digits, '_', '-' or '.'; got {name!r}")
+            hint = "" if "name" in top.data else " (it defaults to the file name: set name = ...)"
+            raise self.error(
+                "name", f"must be letters, digits, '_', '-' or '.'; got {name!r}{hint}"
+            )
         source = self.source(top.get("source"))
         tables = self.tables(top.get("tables"))
         sync = _Section(self, top.get("sync") or {}, "sync")
