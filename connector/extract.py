@@ -34,14 +34,14 @@ import warnings
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, AsyncClient, Client
 from connector.api.client import Filter
-from connector.api.models import Row, RowPage
+from connector.api.models import Row
 from connector.errors import ApiValidationError, BadRequest, ConfigError, ConnectorError
 from connector.schema import SYSTEM_FIELDS, Column, Table, arrow_schema, frame_from_arrow
 
@@ -108,23 +108,7 @@ class Extraction:
         self._concurrency = concurrency
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
-        pages: queue.Queue[list[Row] | BaseException | None] = queue.Queue(self._concurrency * 2)
-        runner = _Runner(self, pages)
-        runner.start()
-        cast = _Caster(self)
-        try:
-            pending: list[Row] = []
-            while (item := pages.get()) is not None:
-                if isinstance(item, BaseException):
-                    raise item
-                pending.extend(item)
-                if len(pending) >= BATCH_ROWS:
-                    yield cast.batch(pending)
-                    pending = []
-            if pending:
-                yield cast.batch(pending)
-        finally:
-            runner.stop()
+        yield from _pages_here(self) if _no_running_loop() else _pages_in_thread(self)
 
     def to_arrow(self) -> pa.Table:
         """The whole table as one Arrow table (held in memory: only when asked for)."""
@@ -175,90 +159,124 @@ def _exact_filter(table: Table, filter: Filter | None) -> dict[str, Mapping[str,
     return exact
 
 
-# --- fetching: runs on an event loop in a background thread -------------------------------
+# --- fetching: an event loop in this thread, or in a helper thread under a running loop ------
+
+#: What the fetching side hands the consuming side: batches, then None at the end, or the error.
+_Item: TypeAlias = "pa.RecordBatch | Exception | None"
+_Put: TypeAlias = Callable[[_Item], Awaitable[None]]
 
 
-class _Runner:
-    """Runs the async reader in its own thread (notebooks already run a loop in theirs)."""
+def _no_running_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return True
+    return False
 
-    def __init__(self, extraction: Extraction, pages: queue.Queue[list[Row] | BaseException | None]):
-        self._extraction = extraction
-        self._pages = pages
-        self._stopped = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._thread = threading.Thread(target=self._run, name="connector-extract", daemon=True)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stops fetching (when the consumer is done or gave up) and waits for the thread."""
-        self._stopped.set()
-        loop, task = self._loop, self._task
-        if loop is not None and task is not None:
-            with contextlib.suppress(RuntimeError):  # the loop may have finished already
-                loop.call_soon_threadsafe(task.cancel)
-        while self._thread.is_alive():
-            with contextlib.suppress(queue.Empty):  # unblocks a producer waiting on a full queue
-                self._pages.get(timeout=0.05)
-        self._thread.join()
-
-    def _run(self) -> None:
-        try:
-            asyncio.run(self._main())
-        except BaseException as exc:  # handed to the consumer, raised there
-            if not self._stopped.is_set():
-                self._put_blocking(exc)
-            return
-        self._put_blocking(None)
-
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._task = asyncio.current_task()
-        if self._stopped.is_set():
-            return
-        extraction = self._extraction
+async def _fetch_all(extraction: Extraction, put: _Put) -> None:
+    """Reads every page of the extraction and hands each one over; then None, or the error."""
+    try:
         async with extraction._client.async_twin() as client:
-            reader = _Reader(
-                client,
-                extraction.table,
-                extraction._filter,
-                extraction._page_size,
-                extraction._concurrency,
-                self._emit,
-            )
+            reader = _Reader(client, extraction, put)
             try:
                 await reader.read()
             finally:
                 extraction.resumes = reader.resumes
+    except Exception as exc:  # handed over, raised on the consuming side
+        await put(exc)
+        return
+    await put(None)
 
-    async def _emit(self, rows: list[Row]) -> None:
+
+def _pages_here(extraction: Extraction) -> Iterator[pa.RecordBatch]:
+    """Drives an event loop in this thread between batches: no thread hand-offs.
+
+    While the consumer works on a batch the loop is paused, but the server goes on answering
+    the requests already sent; their answers are read when the consumer asks for more.
+    """
+    loop = asyncio.new_event_loop()
+    pages: asyncio.Queue[_Item] = asyncio.Queue(extraction._concurrency * 2)
+    task = loop.create_task(_fetch_all(extraction, pages.put))
+    try:
+        while (item := loop.run_until_complete(pages.get())) is not None:
+            if isinstance(item, Exception):
+                raise item
+            yield item
+    finally:
+        task.cancel()
+        loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
+        loop.close()
+
+
+def _pages_in_thread(extraction: Extraction) -> Iterator[pa.RecordBatch]:
+    """Runs the event loop in a helper thread, for callers already inside one (notebooks)."""
+    pages: queue.Queue[_Item] = queue.Queue(extraction._concurrency * 2)
+    stopped = threading.Event()
+    started = threading.Event()
+    running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[None]]] = []
+
+    async def put(item: _Item) -> None:
         while True:
             try:
-                self._pages.put_nowait(rows)
+                pages.put_nowait(item)
                 return
             except queue.Full:
-                if self._stopped.is_set():
+                if stopped.is_set():
                     raise asyncio.CancelledError from None
                 await asyncio.sleep(0.002)
 
-    def _put_blocking(self, item: BaseException | None) -> None:
-        while not self._stopped.is_set():
-            try:
-                self._pages.put(item, timeout=0.05)
-                return
-            except queue.Full:
-                continue
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        running.append((asyncio.get_running_loop(), task))
+        started.set()
+        await _fetch_all(extraction, put)
+
+    thread = threading.Thread(
+        target=lambda: asyncio.run(main()), name="connector-extract", daemon=True
+    )
+    thread.start()
+    try:
+        while (item := pages.get()) is not None:
+            if isinstance(item, Exception):
+                raise item
+            yield item
+    finally:
+        stopped.set()
+        started.wait()
+        loop, task = running[0]
+        with contextlib.suppress(RuntimeError):  # the loop may have finished already
+            loop.call_soon_threadsafe(task.cancel)
+        while thread.is_alive():
+            with contextlib.suppress(queue.Empty):  # unblocks a put waiting on a full queue
+                pages.get(timeout=0.05)
+        thread.join()
+
+
+@dataclass(frozen=True)
+class _Page:
+    """A page, already typed: Arrow holds the cells, so few Python objects outlive the read."""
+
+    ids: list[str]
+    batch: pa.RecordBatch
+    limit: int
+    total: int | None
+    last_created_at: str | None
 
 
 @dataclass(frozen=True)
 class _Edge:
     """The last row emitted, where it was read, and the ids of its page: where to resume."""
 
-    row: Row
+    row_id: str
+    created_at: str | None
     offset: int  # absolute, in the unresumed order; only meaningful for offset resumes
     page_ids: tuple[str, ...]
+
+    @classmethod
+    def after(cls, page: _Page, offset: int) -> _Edge:
+        return cls(page.ids[-1], page.last_created_at, offset + len(page.ids) - 1, tuple(page.ids))
 
 
 class _Reader:
@@ -267,17 +285,15 @@ class _Reader:
     def __init__(
         self,
         client: AsyncClient,
-        table: Table,
-        filter: dict[str, Mapping[str, Any]],
-        page_size: int,
-        concurrency: int,
-        emit: Callable[[list[Row]], Awaitable[None]],
+        extraction: Extraction,
+        emit: Callable[[pa.RecordBatch], Awaitable[None]],
     ) -> None:
         self._client = client
-        self._table = table
-        self._filter = filter
-        self._page_size = page_size
-        self._concurrency = concurrency
+        self._table = extraction.table
+        self._filter = extraction._filter
+        self._page_size = extraction._page_size
+        self._concurrency = extraction._concurrency
+        self._cast = _Caster(extraction)
         self._emit = emit
         self._by_key: bool | None = None  # None: not yet known
         self.resumes = 0
@@ -290,14 +306,22 @@ class _Reader:
                 raise ExtractionError(
                     f"table {self._table.name!r} changed faster than it could be read; try again"
                 )
-            if await self._keys_work(edge.row):
+            if await self._keys_work(edge):
                 edge = await self._resume_by_key(edge)
             else:
                 edge = await self._resume_by_offset(edge)
 
-    async def _fetch(self, filter: Mapping[str, Mapping[str, Any]], offset: int, limit: int) -> RowPage:
-        return await self._client.list_rows(
+    async def _fetch(self, filter: Mapping[str, Mapping[str, Any]], offset: int, limit: int) -> _Page:
+        page = await self._client.list_rows(
             self._table.id, limit=limit, offset=offset, sort=SORT, order="asc", filter=filter
+        )
+        rows = page.rows
+        return _Page(
+            ids=[r.id for r in rows],
+            batch=self._cast.batch(rows),
+            limit=page.limit,
+            total=page.total,
+            last_created_at=rows[-1].created_at if rows else None,
         )
 
     async def _pass(
@@ -311,22 +335,21 @@ class _Reader:
         limit = first.limit
         if limit < 2:
             raise ExtractionError(f"the server applied a page limit of {limit}; need at least 2")
-        rows = first.rows
-        seen: set[str] = set()
-        if anchor is not None:
-            if not rows or rows[0].id != anchor.row.id:
-                return _Edge(anchor.row, start, anchor.page_ids)
-            seen = set(anchor.page_ids)
-        await self._emit_new(rows, seen)
-        if len(rows) < limit:
+        if anchor is None:
+            await self._emit_new(first, skip_first=False, seen=())
+        elif not first.ids or first.ids[0] != anchor.row_id:
+            return _Edge(anchor.row_id, anchor.created_at, start, anchor.page_ids)
+        else:
+            await self._emit_new(first, skip_first=True, seen=anchor.page_ids)
+        if len(first.ids) < limit:
             return None
         step = limit - 1
         planned_end = first.total if first.total is not None else 0  # a hint, never trusted
         next_offset = start + step
         # Pages in offset order; at most `concurrency` of them still running. Finished ones may
         # wait for an earlier page (one stalled by a Retry-After), up to `AHEAD` per request.
-        pending: deque[tuple[int, asyncio.Task[RowPage]]] = deque()
-        prev, prev_offset = rows, start
+        pending: deque[tuple[int, asyncio.Task[_Page]]] = deque()
+        prev, prev_offset = first, start
         try:
             while True:
                 running = sum(not task.done() for _, task in pending)
@@ -335,7 +358,8 @@ class _Reader:
                     and len(pending) < AHEAD * self._concurrency
                     and (next_offset < planned_end or not pending)
                 ):
-                    pending.append((next_offset, asyncio.create_task(self._fetch(filter, next_offset, limit))))
+                    task = asyncio.create_task(self._fetch(filter, next_offset, limit))
+                    pending.append((next_offset, task))
                     next_offset += step
                     running += 1
                 offset, head = pending[0]
@@ -347,56 +371,62 @@ class _Reader:
                     continue
                 pending.popleft()
                 page = head.result()
-                if not page.rows or page.rows[0].id != prev[-1].id:
-                    return _Edge(prev[-1], prev_offset + len(prev) - 1, tuple(r.id for r in prev))
-                await self._emit_new(page.rows, {r.id for r in prev})
-                if len(page.rows) < page.limit:
+                if not page.ids or page.ids[0] != prev.ids[-1]:
+                    return _Edge.after(prev, prev_offset)
+                await self._emit_new(page, skip_first=True, seen=prev.ids)
+                if len(page.ids) < page.limit:
                     return None
-                prev, prev_offset = page.rows, offset
+                prev, prev_offset = page, offset
         finally:
             for _, task in pending:
                 task.cancel()
             if pending:
                 await asyncio.gather(*(task for _, task in pending), return_exceptions=True)
 
-    async def _emit_new(self, rows: list[Row], seen: set[str]) -> None:
-        new = [r for r in rows if r.id not in seen]
-        if new:
-            await self._emit(new)
+    async def _emit_new(self, page: _Page, *, skip_first: bool, seen: Sequence[str]) -> None:
+        """Emits the page without its overlap row, and without ids the previous page had."""
+        batch, ids = page.batch, page.ids
+        if skip_first:
+            batch, ids = batch.slice(1), ids[1:]
+        again = set(ids).intersection(seen)
+        if again:
+            batch = batch.filter(pa.array([i not in again for i in ids]))
+        if batch.num_rows:
+            await self._emit(batch)
 
-    async def _keys_work(self, row: Row) -> bool:
+    async def _keys_work(self, edge: _Edge) -> bool:
         """Whether we may resume by key: the server filters on created_at and id, unambiguously."""
         if self._by_key is None:
             names = {c.name.lower() for c in self._table.columns}
             self._by_key = (
-                row.created_at is not None
+                edge.created_at is not None
                 and not ({"created_at", "id"} & names)
                 and "id" not in self._filter
             )
             if self._by_key:
                 try:
                     await asyncio.gather(
-                        self._fetch(self._tie_filter(row), 0, 1),
-                        self._fetch(self._after_filter(row), 0, 1),
+                        self._fetch(self._tie_filter(edge), 0, 1),
+                        self._fetch(self._after_filter(edge), 0, 1),
                     )
                 except (BadRequest, ApiValidationError):
                     self._by_key = False
-        return self._by_key and row.created_at is not None
+        return self._by_key and edge.created_at is not None
 
-    def _tie_filter(self, row: Row) -> dict[str, Mapping[str, Any]]:
-        return {**self._filter, "created_at": {"eq": row.created_at}, "id": {"gt": row.id}}
+    def _tie_filter(self, edge: _Edge) -> dict[str, Mapping[str, Any]]:
+        return {**self._filter, "created_at": {"eq": edge.created_at}, "id": {"gt": edge.row_id}}
 
-    def _after_filter(self, row: Row) -> dict[str, Mapping[str, Any]]:
+    def _after_filter(self, edge: _Edge) -> dict[str, Mapping[str, Any]]:
         # Overriding a caller's `created_at > x` is safe: the row we resume after matched it.
-        return {**self._filter, "created_at": {"gt": row.created_at}}
+        return {**self._filter, "created_at": {"gt": edge.created_at}}
 
     async def _resume_by_key(self, edge: _Edge) -> _Edge | None:
-        shift = await self._pass(self._tie_filter(edge.row), 0, None)
+        shift = await self._pass(self._tie_filter(edge), 0, None)
         if shift is not None:
             return shift
         if "eq" in self._filter.get("created_at", {}):
             return None  # every matching row has the same timestamp: the ties were all of them
-        return await self._pass(self._after_filter(edge.row), 0, None)
+        return await self._pass(self._after_filter(edge), 0, None)
 
     async def _resume_by_offset(self, edge: _Edge) -> _Edge | None:
         """Finds the last emitted row (or a later-read one of its page) again, near its offset.
@@ -408,10 +438,10 @@ class _Reader:
         start = max(0, edge.offset + 2 - window)
         for _ in range(MAX_SEARCH_WINDOWS):
             page = await self._fetch(self._filter, start, window)
-            found = [(rank[r.id], i) for i, r in enumerate(page.rows) if r.id in rank]
+            found = [(rank[row_id], i) for i, row_id in enumerate(page.ids) if row_id in rank]
             if found:
                 _, at = max(found)
-                anchor = _Edge(page.rows[at], start + at, edge.page_ids)
+                anchor = _Edge(page.ids[at], None, start + at, edge.page_ids)
                 return await self._pass(self._filter, start + at, anchor)
             if start == 0:
                 break
@@ -429,7 +459,7 @@ class _Caster:
     """Turns rows into record batches of the extraction's schema; warns once per bad column."""
 
     def __init__(self, extraction: Extraction) -> None:
-        self._schema = extraction.schema
+        self._schema: pa.Schema = extraction.schema
         self._columns = extraction.columns
         self._warned: set[str] = set()
 
