@@ -66,6 +66,8 @@ def read_source(source: str | Path | pd.DataFrame, *, sheet: str | None = None) 
     suffix = path.suffix.lower()
     if sheet is not None and suffix not in (".xlsx", ".xlsm"):
         raise SourceError(f"{path}: --sheet applies to Excel files only")
+    if suffix in (".xls", ".ods", ".numbers"):
+        raise SourceError(f"{path}: {suffix} files are not read; save the sheet as .xlsx or CSV")
     if suffix in (".xlsx", ".xlsm"):
         return _read_excel(path, sheet)
     if suffix in (".parquet", ".pq"):

@@ -93,6 +93,8 @@ def test_xlsx_errors_name_the_problem(tmp_path: Path) -> None:
         read_source(path, sheet="Nope")
     with pytest.raises(SourceError, match=r"not a readable \.xlsx"):
         read_source(write(tmp_path / "fake.xlsx", "Name\nAnn\n"))
+    with pytest.raises(SourceError, match=r"\.xls files are not read; save the sheet as \.xlsx"):
+        read_source(write(tmp_path / "old.xls", "binary"))
 
 
 def test_parquet_and_dataframe_keep_their_types(tmp_path: Path) -> None:
