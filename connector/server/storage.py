@@ -23,7 +23,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -157,6 +157,11 @@ class Storage:
 
     def close(self) -> None:
         self._db.close()
+
+    def on_progress(self, callback: Callable[[], int] | None, every: int = 1000) -> None:
+        """Call `callback` every `every` SQLite VM steps: benchmarks count work with it,
+        a measure the machine's load does not blur."""
+        self._db.set_progress_handler(callback, every)
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
