@@ -117,7 +117,7 @@ class Workspace:
 
         See `connector.push.push`; this passes the workspace's client along.
         """
-        from connector.push import push  # type: ignore[attr-defined]  # (lands with push)
+        from connector.push import push  # push pulls in the source readers: loaded on use
 
         return push(
             self.client, source, table=table, key=key, mode=mode, dry_run=dry_run, **options

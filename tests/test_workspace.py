@@ -96,6 +96,16 @@ def test_reading_all_tables_skips_a_forbidden_one_with_a_warning(server: Running
     assert len(frames["Orders"]) == 10
 
 
+def test_push_makes_the_table_match_a_frame(ws: Workspace, orders: str) -> None:
+    source = pd.DataFrame({"Customer": ["c1", "new"], "Status": ["Open", "Open"], "Total": [100.0, 5.0]})
+    result = ws.push(source, table="Orders", key="Customer")
+    assert (result.created, result.updated) == (1, 1)
+    after = ws.read("Orders").set_index("Customer")
+    assert after.loc["c1", "Total"] == 100.0
+    assert after.loc["new", "Status"] == "Open"
+    assert len(after) == 11
+
+
 def test_repr_shows_the_url_not_the_key(server: RunningServer) -> None:
     with Workspace(server.base_url, server.api_key) as workspace:
         assert server.api_key not in repr(workspace)
