@@ -102,8 +102,16 @@ def _read_csv(path: Path) -> Source:
     except (pd.errors.ParserError, ValueError) as exc:
         raise SourceError(f"{path}: malformed CSV: {_one_line(exc)}") from None
     header = [str(h).strip() for h in cells.iloc[0].tolist()]
-    _check_header(header, path)
     frame = cells.iloc[1:].reset_index(drop=True)
+    keep = []
+    for i, name in enumerate(header):
+        if name:
+            keep.append(i)
+        elif (frame[i].astype(str).str.strip() != "").any():
+            raise SourceError(f"{path}: column {i + 1} has values but no header")
+    header = [header[i] for i in keep]  # unnamed, empty columns (a spreadsheet's leftovers) go
+    _check_header(header, path)
+    frame = frame[keep]
     frame.columns = pd.Index(header)
     return _numbered(str(path), frame, first_row=2)
 
@@ -167,8 +175,8 @@ def _read_parquet(path: Path) -> Source:
 
 
 def _check_header(names: list[str], path: Path) -> None:
-    if any(not n for n in names):
-        raise SourceError(f"{path}: the header row has an empty column name")
+    if not names:
+        raise SourceError(f"{path}: the header row has no column names")
     seen: set[str] = set()
     dupes = sorted({n for n in names if n in seen or seen.add(n)})  # type: ignore[func-returns-value]
     if dupes:

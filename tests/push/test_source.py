@@ -44,12 +44,19 @@ def test_csv_cells_stay_text_and_rows_keep_spreadsheet_numbers(tmp_path: Path) -
         ('a,b\n"1,2\n', "malformed CSV"),
         ("", "empty"),
         ("a,a\n1,2\n", "duplicate column names"),
-        ("a,,b\n1,2,3\n", "empty column name"),
+        ("a,,b\n1,2,3\n", "column 2 has values but no header"),
+        (",\n,\n", "the header row has no column names"),
     ],
 )
 def test_malformed_csv_is_a_clear_source_error(tmp_path: Path, text: str, expected: str) -> None:
     with pytest.raises(SourceError, match=expected):
         read_source(write(tmp_path / "bad.csv", text))
+
+
+def test_csv_drops_unnamed_empty_columns(tmp_path: Path) -> None:
+    source = read_source(write(tmp_path / "a.csv", "Name,Age,,\nAnn,3,,\nBo,4,,\n"))
+    assert list(source.frame.columns) == ["Name", "Age"]
+    assert source.frame["Age"].tolist() == ["3", "4"]
 
 
 def test_csv_that_is_not_utf8_says_so(tmp_path: Path) -> None:
