@@ -184,7 +184,7 @@ async def list_rows(call: Call) -> Response:
     table = call.table(write=False)
     q = query.parse(table, call.request.query_params)
     page = call.storage.list_rows(table, q)
-    return JSON({"rows": page.rows, "total": page.total, "limit": q.limit, "offset": q.offset})
+    return JSON({"rows": page.wire_rows(), "total": page.total, "limit": q.limit, "offset": q.offset})
 
 
 async def create_row(call: Call) -> Response:

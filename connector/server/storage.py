@@ -8,6 +8,9 @@ Lost updates: every write runs in one `BEGIN IMMEDIATE` transaction (read, merge
 so concurrent writers — other requests, or `connector server create-table` in another
 process on the same file — are serialised by SQLite's write lock.
 
+A row's `fields` JSON holds every column of its table, in schema order, null when empty:
+exactly what the API shows, so a page goes out without parsing and re-encoding its cells.
+
 Each table carries a `version` bumped by every row write; `paging.OffsetIndex` keys its
 marks on it. Schemas are read from the database on every request (a primary-key lookup),
 so a table created by another process is visible at once.
@@ -88,8 +91,19 @@ class ApiKey:
 
 @dataclass(frozen=True)
 class Page:
-    rows: list[dict[str, Any]]
+    """A page of rows as stored: (id, created_at, updated_at, fields JSON) records."""
+
+    records: list[tuple[str, str, str, str]]
     total: int
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The rows as Python values."""
+        return [_row(r[0], r[1], r[2], orjson.loads(r[3])) for r in self.records]
+
+    def wire_rows(self) -> list[dict[str, Any]]:
+        """The rows for a JSON response: stored `fields` text goes out as is, unparsed."""
+        return [_row(r[0], r[1], r[2], orjson.Fragment(r[3])) for r in self.records]
 
 
 def hash_key(raw: str) -> str:
@@ -262,7 +276,7 @@ class Storage:
                     cached = db.execute(f"SELECT count(*) FROM rows WHERE {where}", params).fetchone()[0]
                     self.offsets.remember_total(sig, version, cached)
                 total = cached
-        return Page([_row(table, r) for r in found], total)
+        return Page([r[:4] for r in found], total)
 
     def _ensure_sort_index(self, table: TableDef, query: RowQuery) -> None:
         """Index a user-column order once the table is big enough for scans to hurt."""
@@ -279,20 +293,18 @@ class Storage:
 
     def insert_rows(self, table: TableDef, cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Insert validated cells (see `TableDef.check_create`) in order, all or nothing."""
-        records = []
-        for tick, fields in zip(self.clock.ticks(len(cells)), cells, strict=True):
-            stamp = iso(tick)
-            records.append((table.id, row_id(tick), stamp, stamp, orjson.dumps(fields).decode()))
+        records, shown = [], []
+        for tick, cell in zip(self.clock.ticks(len(cells)), cells, strict=True):
+            rid, stamp, fields = row_id(tick), iso(tick), table.present(cell)
+            records.append((table.id, rid, stamp, stamp, orjson.dumps(fields).decode()))
+            shown.append(_row(rid, stamp, stamp, fields))
         with self._write() as db:
             db.executemany(
                 "INSERT INTO rows (table_id, id, created_at, updated_at, fields) VALUES (?, ?, ?, ?, ?)",
                 records,
             )
             self._touch(db, table.id, len(records))
-        return [
-            {"id": r[1], "fields": table.present(fields), "created_at": r[2], "updated_at": r[3]}
-            for r, fields in zip(records, cells, strict=True)
-        ]
+        return shown
 
     def update_row(self, table: TableDef, row_id: str, changes: dict[str, Any]) -> dict[str, Any]:
         """Merge validated `changes` into the stored cells (None clears); 404 if no such row."""
@@ -303,12 +315,7 @@ class Storage:
             if found is None:
                 raise not_found(f"row {row_id!r} does not exist in table {table.id!r}")
             created_at, stored = found
-            fields = orjson.loads(stored)
-            for name, value in changes.items():
-                if value is None:
-                    fields.pop(name, None)
-                else:
-                    fields[name] = value
+            fields = table.present({**orjson.loads(stored), **changes})
             stamp = self.clock.now()
             text = orjson.dumps(fields).decode()
             db.execute(
@@ -316,7 +323,7 @@ class Storage:
                 (text, stamp, table.id, row_id),
             )
             self._touch(db, table.id, 0)
-        return _row(table, (row_id, created_at, stamp, text))
+        return _row(row_id, created_at, stamp, fields)
 
     def delete_rows(self, table: TableDef, row_ids: Sequence[str]) -> list[str]:
         """Delete every one of `row_ids` or none: 404 naming the first unknown id."""
@@ -398,14 +405,8 @@ def _table(row: tuple[str, str, str, str]) -> TableDef:
     return TableDef(tid, name, columns, created)
 
 
-def _row(table: TableDef, record: Sequence[Any]) -> dict[str, Any]:
-    rid, created, updated, fields = record[:4]
-    return {
-        "id": rid,
-        "fields": table.present(orjson.loads(fields)),
-        "created_at": created,
-        "updated_at": updated,
-    }
+def _row(rid: str, created: str, updated: str, fields: Any) -> dict[str, Any]:
+    return {"id": rid, "fields": fields, "created_at": created, "updated_at": updated}
 
 
 def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
