@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import zipfile
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -147,15 +148,14 @@ def _read_excel(path: Path, sheet: str | None) -> Source:
         raise SourceError(f"{path}: sheet {ws.title!r} is empty")
     header = cells[first]
     body = cells[first + 1 :]
-    width = max(len(header), *(len(r) for r in body)) if body else len(header)
-    for i in range(width):
-        if i < len(header) and header[i] is not None:
-            continue
-        if any(i < len(r) and r[i] is not None for r in body):
+    width = max([len(header), *(len(r) for r in body)])
+    names = [str(header[i]).strip() if i < len(header) and header[i] is not None else ""
+             for i in range(width)]
+    for i, name in enumerate(names):
+        if not name and any(i < len(r) and r[i] is not None for r in body):
             letter = get_column_letter(i + 1)
             raise SourceError(f"{path}: column {letter} has values but no header in row {first + 1}")
-    names = [str(h).strip() if h is not None else "" for h in header]
-    keep = [i for i, h in enumerate(names) if h]
+    keep = [i for i, name in enumerate(names) if name]
     _check_header([names[i] for i in keep], path)
     frame = pd.DataFrame(
         [[r[i] if i < len(r) else None for i in keep] for r in body],
@@ -177,8 +177,7 @@ def _read_parquet(path: Path) -> Source:
 def _check_header(names: list[str], path: Path) -> None:
     if not names:
         raise SourceError(f"{path}: the header row has no column names")
-    seen: set[str] = set()
-    dupes = sorted({n for n in names if n in seen or seen.add(n)})  # type: ignore[func-returns-value]
+    dupes = sorted(n for n, count in Counter(names).items() if count > 1)
     if dupes:
         raise SourceError(f"{path}: duplicate column names in the header: {dupes}")
 
