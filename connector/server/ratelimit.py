@@ -1,4 +1,5 @@
-"""Per-key rate limiting: a token bucket of `rate` requests a second, bursting to `rate`."""
+"""Per-key rate limiting: a token bucket of `rate` requests a second, bursting to `rate`
+(at least one request, so a rate below 1/s still lets a request through now and then)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ class RateLimiter:
         if rate <= 0:
             raise ValueError(f"rate limit must be positive, got {rate}")
         self.rate = rate
+        self.burst = max(rate, 1.0)
         self._clock = clock
         self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, last refill)
 
     def wait(self, key: str) -> float:
         now = self._clock()
-        tokens, last = self._buckets.get(key, (self.rate, now))
-        tokens = min(self.rate, tokens + (now - last) * self.rate)
+        tokens, last = self._buckets.get(key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
         if tokens >= 1.0:
             self._buckets[key] = (tokens - 1.0, now)
             return 0.0
