@@ -84,3 +84,18 @@ def test_every_fault_at_once_converges_without_duplicates(server_factory: Server
         (f"n{i:04d}", f"{i:05d}", i) for i in range(310)
     ]
     assert second.plan.is_empty and second.requests == 0
+
+
+def test_a_rate_limited_server_gets_the_minimum_writes(server_factory: ServerFactory) -> None:
+    server = server_factory(rate_limit=25)
+    table_id = server.create_table(PEOPLE)
+    server.insert_rows(table_id, [{"Name": f"n{i:04d}", "Zip": f"{i:05d}", "Age": -1} for i in range(30)])
+    with client(server) as c:
+        result = push(c, source(230), table="People", key="Name", concurrency=8)
+        assert c.limiter.throttled > 0, "the server never said 429: the test tests nothing"
+    assert (result.created, result.updated) == (200, 30)
+    assert result.requests == result.plan.requests == 2 + 30  # 429s are retried by the client
+    rows = table_rows(server, table_id)
+    assert sorted((r["fields"]["Name"], r["fields"]["Age"]) for r in rows) == [
+        (f"n{i:04d}", i) for i in range(230)
+    ]
