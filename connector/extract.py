@@ -41,7 +41,6 @@ import pyarrow.compute as pc
 
 from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, AsyncClient, Client
 from connector.api.client import Filter
-from connector.api.models import Row
 from connector.errors import ApiValidationError, BadRequest, ConfigError, ConnectorError
 from connector.schema import SYSTEM_FIELDS, Column, Table, arrow_schema, frame_from_arrow
 
@@ -61,7 +60,7 @@ DEFAULT_CONCURRENCY = 4
 #: Finished pages that may wait for an earlier, slower one, per request in flight.
 AHEAD = 4
 #: Pages are gathered into record batches of about this many rows.
-BATCH_ROWS = 2000
+BATCH_ROWS = 2000  # large enough that Arrow's per-call costs vanish
 #: A read that had to resume this many times gives up (the table changes faster than we read).
 MAX_RESUMES = 1000
 #: Windows searched backwards for the last emitted row when resuming by offset.
@@ -176,13 +175,25 @@ def _no_running_loop() -> bool:
 
 async def _fetch_all(extraction: Extraction, put: _Put) -> None:
     """Reads every page of the extraction and hands each one over; then None, or the error."""
+    cast = _Caster(extraction)
+    pending: list[Mapping[str, Any]] = []
+
+    async def gather(rows: Sequence[Mapping[str, Any]]) -> None:
+        pending.extend(rows)
+        if len(pending) >= BATCH_ROWS:
+            batch = cast.batch(pending)
+            pending.clear()
+            await put(batch)
+
     try:
         async with extraction._client.async_twin() as client:
-            reader = _Reader(client, extraction, put)
+            reader = _Reader(client, extraction, gather)
             try:
                 await reader.read()
             finally:
                 extraction.resumes = reader.resumes
+        if pending:
+            await put(cast.batch(pending))
     except Exception as exc:  # handed over, raised on the consuming side
         await put(exc)
         return
@@ -256,10 +267,10 @@ def _pages_in_thread(extraction: Extraction) -> Iterator[pa.RecordBatch]:
 
 @dataclass(frozen=True)
 class _Page:
-    """A page, already typed: Arrow holds the cells, so few Python objects outlive the read."""
+    """A page as the API sent it, and its row ids."""
 
     ids: list[str]
-    batch: pa.RecordBatch
+    rows: Sequence[Mapping[str, Any]]
     limit: int
     total: int | None
     last_created_at: str | None
@@ -286,14 +297,13 @@ class _Reader:
         self,
         client: AsyncClient,
         extraction: Extraction,
-        emit: Callable[[pa.RecordBatch], Awaitable[None]],
+        emit: Callable[[Sequence[Mapping[str, Any]]], Awaitable[None]],
     ) -> None:
         self._client = client
         self._table = extraction.table
         self._filter = extraction._filter
         self._page_size = extraction._page_size
         self._concurrency = extraction._concurrency
-        self._cast = _Caster(extraction)
         self._emit = emit
         self._by_key: bool | None = None  # None: not yet known
         self.resumes = 0
@@ -315,13 +325,13 @@ class _Reader:
         page = await self._client.list_rows(
             self._table.id, limit=limit, offset=offset, sort=SORT, order="asc", filter=filter
         )
-        rows = page.rows
+        rows = page.raw
         return _Page(
-            ids=[r.id for r in rows],
-            batch=self._cast.batch(rows),
+            ids=[r["id"] for r in rows],
+            rows=rows,
             limit=page.limit,
             total=page.total,
-            last_created_at=rows[-1].created_at if rows else None,
+            last_created_at=rows[-1].get("created_at") if rows else None,
         )
 
     async def _pass(
@@ -385,14 +395,14 @@ class _Reader:
 
     async def _emit_new(self, page: _Page, *, skip_first: bool, seen: Sequence[str]) -> None:
         """Emits the page without its overlap row, and without ids the previous page had."""
-        batch, ids = page.batch, page.ids
+        rows, ids = page.rows, page.ids
         if skip_first:
-            batch, ids = batch.slice(1), ids[1:]
+            rows, ids = rows[1:], ids[1:]
         again = set(ids).intersection(seen)
         if again:
-            batch = batch.filter(pa.array([i not in again for i in ids]))
-        if batch.num_rows:
-            await self._emit(batch)
+            rows = [r for r, i in zip(rows, ids, strict=True) if i not in again]
+        if rows:
+            await self._emit(rows)
 
     async def _keys_work(self, edge: _Edge) -> bool:
         """Whether we may resume by key: the server filters on created_at and id, unambiguously."""
@@ -455,6 +465,9 @@ class _Reader:
 # --- typing: API cells into Arrow arrays ---------------------------------------------------
 
 
+_ID = Column("id", "text")
+
+
 class _Caster:
     """Turns rows into record batches of the extraction's schema; warns once per bad column."""
 
@@ -463,15 +476,16 @@ class _Caster:
         self._columns = extraction.columns
         self._warned: set[str] = set()
 
-    def batch(self, rows: list[Row]) -> pa.RecordBatch:
+    def batch(self, rows: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
+        """Rows as the API sent them (the client checked each has an ``id``) into one batch."""
+        cells = [r.get("fields") or {} for r in rows]
         arrays: list[pa.Array] = [
-            pa.array([r.id for r in rows], pa.string()),
-            _timestamps([r.created_at for r in rows]),
-            _timestamps([r.updated_at for r in rows]),
+            self._cells(_ID, [r["id"] for r in rows]),
+            _timestamps([r.get("created_at") for r in rows]),
+            _timestamps([r.get("updated_at") for r in rows]),
         ]
         for column in self._columns:
-            values = [r.fields.get(column.name) for r in rows]
-            arrays.append(self._cells(column, values))
+            arrays.append(self._cells(column, [c.get(column.name) for c in cells]))
         return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
 
     def _cells(self, column: Column, values: list[Any]) -> pa.Array:

@@ -120,10 +120,17 @@ def _list_rows(
 
     def read(response: httpx.Response) -> RowPage:
         data = _body(response)
-        rows = [Row.from_api(r) for r in data.get("rows") or ()]
+        rows = data.get("rows") or []
+        if not isinstance(rows, list) or not all(isinstance(r, dict) and "id" in r for r in rows):
+            raise ServerError(
+                "the server sent a page whose `rows` are not row objects with an `id`",
+                status=response.status_code,
+                method="GET",
+                url=str(response.request.url),
+            )
         total, applied, at = data.get("total"), data.get("limit"), data.get("offset")
         return RowPage(
-            rows=rows,
+            raw=rows,
             total=int(total) if total is not None else None,
             limit=int(applied) if applied else limit,
             offset=int(at) if at is not None else offset,

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from connector.schema import Column, Table
@@ -59,9 +60,17 @@ class Row:
 
 @dataclass(frozen=True)
 class RowPage:
-    """One page of `GET /tables/:id/rows`, with the limit and offset the server applied."""
+    """One page of `GET /tables/:id/rows`, with the limit and offset the server applied.
 
-    rows: list[Row]
+    `raw` holds the rows as the server sent them; `rows` builds the typed `Row`s on first
+    use. The extraction types cells straight from `raw` into Arrow and never pays for them.
+    """
+
+    raw: Sequence[Mapping[str, Any]]
     total: int | None
     limit: int
     offset: int
+
+    @cached_property
+    def rows(self) -> list[Row]:
+        return [Row.from_api(r) for r in self.raw]
