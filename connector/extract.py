@@ -60,7 +60,7 @@ DEFAULT_CONCURRENCY = 4
 #: Finished pages that may wait for an earlier, slower one, per request in flight.
 AHEAD = 4
 #: Pages are gathered into record batches of about this many rows.
-BATCH_ROWS = 2000  # large enough that Arrow's per-call costs vanish
+BATCH_ROWS = 1000  # large enough that Arrow's per-call costs vanish
 #: A read that had to resume this many times gives up (the table changes faster than we read).
 MAX_RESUMES = 1000
 #: Windows searched backwards for the last emitted row when resuming by offset.

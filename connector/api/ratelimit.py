@@ -3,7 +3,9 @@
 The API does not publish its rate limits, so we learn them, AIMD-style as TCP does. Requests
 start unpaced. A 429 cuts the pace to just under the rate the server accepted since the
 previous 429 (``BACKOFF`` of it; a token bucket is empty at each 429, so that rate is the
-refill rate, free of the burst allowance), or over the last second at the first 429, never by more than to ``DECREASE`` of the current pace, and
+refill rate, free of the burst allowance), or over the last second at the first 429 (one
+that comes in the first second of use only backs off its own request: a second of history
+is needed to learn anything), never by more than to ``DECREASE`` of the current pace, and
 at most once a second, so a burst of 429s from requests already in flight counts once. Each
 accepted request then adds a little (``INCREASE`` of the learned rate per second), so the
 pace creeps back up to the limit and probes it rarely. A 429 is expensive (the server's
@@ -20,6 +22,7 @@ import hashlib
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
 __all__ = ["BACKOFF", "DECREASE", "INCREASE", "MIN_RATE", "RateLimiter", "limiter_for"]
 
@@ -38,7 +41,10 @@ WINDOW = 1.0
 class RateLimiter:
     """Paces request starts for one key; learns the rate from 429s (see the module doc)."""
 
-    def __init__(self, rate: float | None = None) -> None:
+    def __init__(
+        self, rate: float | None = None, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
         self._rate = rate  # requests per second; None = unpaced until the first 429
         self._learned = rate or 0.0
@@ -46,6 +52,7 @@ class RateLimiter:
         self._last_cut = float("-inf")
         self._accepted: deque[float] = deque()
         self._since_cut = 0
+        self._first_answer: float | None = None
         self.throttled = 0  #: 429s seen, for reports and benchmarks
         self.accepted = 0  #: other answers seen
 
@@ -57,7 +64,7 @@ class RateLimiter:
     def reserve(self) -> float:
         """Book the next start slot; returns the seconds to wait before sending."""
         with self._lock:
-            now = time.monotonic()
+            now = self._clock()
             if self._rate is None:
                 return 0.0
             start = max(now, self._next_start)
@@ -67,9 +74,11 @@ class RateLimiter:
     def on_accepted(self) -> None:
         """The server answered with something other than 429: grow the pace a little."""
         with self._lock:
-            now = time.monotonic()
+            now = self._clock()
             self.accepted += 1
             self._since_cut += 1
+            if self._first_answer is None:
+                self._first_answer = now
             self._accepted.append(now)
             self._trim(now)
             # Grow only while the pace is what holds us back (not latency).
@@ -79,14 +88,16 @@ class RateLimiter:
     def on_throttled(self) -> None:
         """The server answered 429: cut the pace to what it was accepting (once a window)."""
         with self._lock:
-            now = time.monotonic()
+            now = self._clock()
             self.throttled += 1
             self._trim(now)
+            if self._first_answer is None:
+                self._first_answer = now
             if now - self._last_cut < WINDOW:
                 return
+            if self._rate is None and now - self._first_answer < WINDOW:
+                return  # not a full second of history to learn from yet: retries back off
             measured = len(self._accepted) / WINDOW
-            if self._rate is None and not measured:
-                return  # nothing accepted yet, so nothing learned: the retry backoff paces us
             if self._last_cut > float("-inf"):
                 measured = self._since_cut / (now - self._last_cut)
             self._last_cut = now

@@ -14,16 +14,45 @@ from connector.extract import read_batches
 from tests.fixtures.server import ServerFactory
 
 
+class Clock:
+    """Time that moves only when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def learned(accepted_per_second: int) -> tuple[RateLimiter, Clock]:
+    """A limiter that saw `accepted_per_second` answers over a second, then a 429."""
+    clock = Clock()
+    limiter = RateLimiter(clock=clock)
+    first = clock.now
+    for i in range(accepted_per_second):
+        clock.now = first + i / accepted_per_second
+        limiter.on_accepted()
+    clock.now = first + 1.0
+    limiter.on_throttled()
+    return limiter, clock
+
+
 def test_requests_are_not_paced_until_the_first_429() -> None:
     limiter = RateLimiter()
     assert [limiter.reserve() for _ in range(100)] == [0.0] * 100
 
 
-def test_a_429_paces_requests_at_just_under_the_accepted_rate() -> None:
-    limiter = RateLimiter()
-    for _ in range(40):
-        limiter.on_accepted()  # 40 accepted within the last second
+def test_a_429_in_the_first_second_only_backs_off_its_own_request() -> None:
+    clock = Clock()
+    limiter = RateLimiter(clock=clock)
+    limiter.on_accepted()
+    clock.now += 0.2
     limiter.on_throttled()
+    assert limiter.rate is None
+
+
+def test_a_429_paces_requests_at_just_under_the_accepted_rate() -> None:
+    limiter, _ = learned(40)
     assert limiter.rate == pytest.approx(0.95 * 40)
     waits = [limiter.reserve() for _ in range(10)]
     assert waits == sorted(waits)  # each later request starts later
@@ -31,17 +60,39 @@ def test_a_429_paces_requests_at_just_under_the_accepted_rate() -> None:
 
 
 def test_429s_of_requests_already_in_flight_cut_once() -> None:
-    limiter = RateLimiter()
-    for _ in range(40):
-        limiter.on_accepted()
-    for _ in range(8):
+    limiter, clock = learned(40)
+    for _ in range(7):
+        clock.now += 0.01
         limiter.on_throttled()
     assert limiter.rate == pytest.approx(0.95 * 40)
     assert limiter.throttled == 8
 
 
+def test_later_cuts_learn_the_rate_accepted_since_the_last_one() -> None:
+    """A token bucket is empty at each 429, so what came through in between is its refill rate."""
+    limiter, clock = learned(40)  # the first second included a burst allowance
+    for _ in range(60):  # 30 a second for two seconds
+        clock.now += 1 / 30
+        limiter.on_accepted()
+    limiter.on_throttled()
+    assert limiter.rate == pytest.approx(0.95 * 30, rel=0.02)
+
+
+def test_the_pace_creeps_back_up_without_429s() -> None:
+    limiter, clock = learned(40)
+    start = limiter.rate
+    assert start is not None
+    for _ in range(200):
+        clock.now += 1 / 40
+        limiter.on_accepted()
+    assert limiter.rate is not None and limiter.rate > start
+
+
 def test_a_cut_never_more_than_halves_the_pace() -> None:
-    limiter = RateLimiter(rate=100.0)
+    clock = Clock()
+    limiter = RateLimiter(rate=100.0, clock=clock)
+    limiter.on_accepted()
+    clock.now += 2
     limiter.on_throttled()
     assert limiter.rate == pytest.approx(50.0)
 
