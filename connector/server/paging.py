@@ -5,15 +5,17 @@ table costs O(n²). Instead, after serving rows [offset, offset+limit) we rememb
 key of the row at offset+limit (we fetch one extra row to learn it). The next page of the
 same query seeks to that key through the index and skips nothing. Marks belong to one
 ordered result set (`RowQuery.signature`) at one table write version; any write to the
-table bumps the version and the marks are forgotten. A cold jump to a deep offset seeks
-from the nearest mark below it, or scans from the start once.
+table bumps the version and the marks are forgotten — unless the writer can say where
+each mark moved (`carry`): rows appended to a creation-order read shift nothing before them.
+A cold jump to a deep offset seeks from the nearest mark below it, or scans from the start
+once.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +67,32 @@ class OffsetIndex:
             del marks.offsets[:half]
         bisect.insort(marks.offsets, offset)
         marks.keys[offset] = key
+
+    def carry(
+        self,
+        table_id: str,
+        old: int,
+        new: int,
+        shift: Callable[[Any, tuple[Any, ...]], int | None],
+    ) -> None:
+        """Move the marks of `table_id` at version `old` to version `new`, across one write.
+
+        `shift(signature, key)` says how many places the row with `key` moved, or None when
+        that result set cannot be followed (its marks are then dropped). Signatures are
+        tuples that start with the table id.
+        """
+        for signature, marks in list(self._sets.items()):
+            if not isinstance(signature, tuple) or signature[0] != table_id or marks.version != old:
+                continue
+            moved: dict[int, tuple[Any, ...]] = {}
+            for offset in marks.offsets:
+                delta = shift(signature, marks.keys[offset])
+                if delta is None:
+                    del self._sets[signature]
+                    break
+                moved[offset + delta] = marks.keys[offset]
+            else:
+                marks.version, marks.offsets, marks.keys, marks.total = new, sorted(moved), moved, None
 
     def total(self, signature: Hashable, version: int) -> int | None:
         return self._get(signature, version).total

@@ -18,6 +18,7 @@ so a table created by another process is visible at once.
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import hashlib
 import hmac
@@ -303,7 +304,8 @@ class Storage:
                 "INSERT INTO rows (table_id, id, created_at, updated_at, fields) VALUES (?, ?, ?, ?, ?)",
                 records,
             )
-            self._touch(db, table.id, len(records))
+            version = self._touch(db, table.id, len(records))
+        self._carry(table.id, version, added=[(r[2], r[1]) for r in records], removed=[])
         return shown
 
     def update_row(self, table: TableDef, row_id: str, changes: dict[str, Any]) -> dict[str, Any]:
@@ -322,35 +324,62 @@ class Storage:
                 "UPDATE rows SET fields = ?, updated_at = ? WHERE table_id = ? AND id = ?",
                 (text, stamp, table.id, row_id),
             )
-            self._touch(db, table.id, 0)
+            version = self._touch(db, table.id, 0)
+        self._carry(table.id, version, added=[], removed=[])
         return _row(row_id, created_at, stamp, fields)
 
     def delete_rows(self, table: TableDef, row_ids: Sequence[str]) -> list[str]:
         """Delete every one of `row_ids` or none: 404 naming the first unknown id."""
         unique = list(dict.fromkeys(row_ids))
+        removed: list[tuple[str, str]] = []
         with self._write() as db:
             for chunk in _chunks(unique, 500):
                 marks = ", ".join("?" for _ in chunk)
-                known = {
-                    r[0]
-                    for r in db.execute(
-                        f"SELECT id FROM rows WHERE table_id = ? AND id IN ({marks})", (table.id, *chunk)
-                    )
-                }
+                found = db.execute(
+                    f"SELECT created_at, id FROM rows WHERE table_id = ? AND id IN ({marks})", (table.id, *chunk)
+                ).fetchall()
+                removed += found
+                known = {r[1] for r in found}
                 missing = [r for r in chunk if r not in known]
                 if missing:
                     raise ApiProblem(
                         404, f"row {missing[0]!r} does not exist in table {table.id!r}; nothing was deleted"
                     )
             db.executemany("DELETE FROM rows WHERE table_id = ? AND id = ?", [(table.id, r) for r in unique])
-            self._touch(db, table.id, -len(unique))
+            version = self._touch(db, table.id, -len(unique))
+        self._carry(table.id, version, added=[], removed=removed)
         return unique
 
-    def _touch(self, db: sqlite3.Connection, table_id: str, added: int) -> None:
-        db.execute(
-            "UPDATE tables SET version = version + 1, row_count = row_count + ? WHERE id = ?",
+    def _touch(self, db: sqlite3.Connection, table_id: str, added: int) -> int:
+        """Count the write against the table; returns its new version."""
+        version: int = db.execute(
+            "UPDATE tables SET version = version + 1, row_count = row_count + ? WHERE id = ? RETURNING version",
             (added, table_id),
-        )
+        ).fetchone()[0]
+        return version
+
+    def _carry(
+        self, table_id: str, version: int, *, added: Sequence[tuple[str, str]], removed: Sequence[tuple[str, str]]
+    ) -> None:
+        """Keep the marks of unfiltered creation-order and id-order reads across a write.
+
+        In those orders a write only adds or removes rows — created_at and id never change —
+        so a mark moves by the rows added before it minus the rows removed before it. Other
+        reads (filtered, or by updated_at or a cell, which updates reorder) start over.
+        """
+        by_created = (sorted(added), sorted(removed))
+        by_id = (sorted(k[1:] for k in added), sorted(k[1:] for k in removed))
+
+        def shift(signature: tuple[Any, ...], key: tuple[Any, ...]) -> int | None:
+            _, keys, descending, conditions = signature
+            if conditions or keys not in (("created_at", "id"), ("id",)):
+                return None
+            plus, minus = by_created if keys == ("created_at", "id") else by_id
+            if descending:  # rows after the key come before it
+                return (len(plus) - bisect.bisect_right(plus, key)) - (len(minus) - bisect.bisect_right(minus, key))
+            return bisect.bisect_left(plus, key) - bisect.bisect_left(minus, key)
+
+        self.offsets.carry(table_id, version - 1, version, shift)
 
     # -- keys ---------------------------------------------------------------------------
 

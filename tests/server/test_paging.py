@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -81,3 +83,38 @@ def test_a_table_big_enough_for_a_sort_index_pages_in_python_order(tmp_path: Pat
         page = storage.list_rows(table, parse(table, {"sort": "Age", "order": order, "limit": "450", "offset": str(offset)}))
         got += [r["fields"]["Name"] for r in page.rows]
     assert got == expected
+
+
+@pytest.mark.parametrize(("sort", "order"), [("created_at", "asc"), ("created_at", "desc"), ("id", "asc"), ("id", "desc")])
+def test_creation_and_id_order_marks_survive_writes_and_stay_exact(tmp_path: Path, sort: str, order: str) -> None:
+    storage = Storage(str(tmp_path / "w.db"))
+    table = storage.create_table(PEOPLE)
+    rows = storage.insert_rows(table, [{"Name": f"n{i}"} for i in range(300)])
+
+    def expected() -> list[str]:
+        key = (lambda r: r["id"]) if sort == "id" else (lambda r: (r["created_at"], r["id"]))
+        return [r["id"] for r in sorted(rows, key=key, reverse=order == "desc")]
+
+    def page(offset: int) -> list[str]:
+        q = parse(table, {"sort": sort, "order": order, "limit": "20", "offset": str(offset)})
+        return [r["id"] for r in storage.list_rows(table, q).rows]
+
+    for offset in range(0, 200, 20):  # leave marks up to offset 200
+        assert page(offset) == expected()[offset : offset + 20]
+    doomed = [expected()[i] for i in (3, 150, 250)]  # before, among and after the marks
+    storage.delete_rows(table, doomed)
+    rows = [r for r in rows if r["id"] not in doomed]
+    rows += storage.insert_rows(table, [{"Name": "new"}] * 5)
+    changed = storage.update_row(table, expected()[10], {"Age": 1})
+    rows = [changed if r["id"] == changed["id"] else r for r in rows]
+    q = parse(table, {"sort": sort, "order": order, "limit": "20", "offset": "200"})
+    assert storage.summaries()[0]["rows"] == 302
+    # The marks were carried to the table's new version (not dropped), and stay exact:
+    assert storage.offsets.nearest(q.signature, _version(storage, table.id), 200) is not None
+    for offset in (200, 180, 20, 0, 280, 300):
+        assert page(offset) == expected()[offset : offset + 20]
+
+
+def _version(storage: Storage, table_id: str) -> int:
+    with contextlib.closing(sqlite3.connect(storage.path)) as db:
+        return int(db.execute("SELECT version FROM tables WHERE id = ?", (table_id,)).fetchone()[0])
