@@ -114,7 +114,7 @@ def parse(table: TableDef, params: Mapping[str, str]) -> RowQuery:
     """Validate `limit`, `offset`, `sort`, `order` and `filter`; 400 naming the parameter."""
     limit = min(_natural(params, "limit", DEFAULT_LIMIT), MAX_LIMIT)
     offset = _natural(params, "offset", 0)
-    order = (params.get("order") or "asc").lower()
+    order = params.get("order", "asc")
     if order not in ("asc", "desc"):
         raise bad_request(f"`order` must be 'asc' or 'desc', got {params['order']!r}", field="order")
     sort = params.get("sort") or "created_at"
@@ -132,10 +132,9 @@ def _natural(params: Mapping[str, str], name: str, default: int) -> int:
     raw = params.get(name)
     if raw is None:
         return default
-    text = raw.strip()
-    if not _NATURAL.fullmatch(text):
+    if not _NATURAL.fullmatch(raw):
         raise bad_request(f"`{name}` must be a non-negative integer, got {raw!r}", field=name)
-    return int(text)
+    return int(raw)
 
 
 def _cell(col: ColumnDef) -> str:
