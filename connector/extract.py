@@ -163,6 +163,9 @@ def _exact_filter(table: Table, filter: Filter | None) -> dict[str, Mapping[str,
 #: What the fetching side hands the consuming side: batches, then None at the end, or the error.
 _Item: TypeAlias = "pa.RecordBatch | Exception | None"
 _Put: TypeAlias = Callable[[_Item], Awaitable[None]]
+#: A page's cells column by column (id, created_at, updated_at, then the selected columns):
+#: plain values in a few lists, so the API's row objects die young and the GC stays cheap.
+_Cells: TypeAlias = list[list[Any]]
 
 
 def _no_running_loop() -> bool:
@@ -176,13 +179,14 @@ def _no_running_loop() -> bool:
 async def _fetch_all(extraction: Extraction, put: _Put) -> None:
     """Reads every page of the extraction and hands each one over; then None, or the error."""
     cast = _Caster(extraction)
-    pending: list[Mapping[str, Any]] = []
+    pending: _Cells = cast.empty()
 
-    async def gather(rows: Sequence[Mapping[str, Any]]) -> None:
-        pending.extend(rows)
-        if len(pending) >= BATCH_ROWS:
-            batch = cast.batch(pending)
-            pending.clear()
+    async def gather(cells: _Cells) -> None:
+        nonlocal pending
+        for column, more in zip(pending, cells, strict=True):
+            column.extend(more)
+        if len(pending[0]) >= BATCH_ROWS:
+            batch, pending = cast.batch(pending), cast.empty()
             await put(batch)
 
     try:
@@ -192,7 +196,7 @@ async def _fetch_all(extraction: Extraction, put: _Put) -> None:
                 await reader.read()
             finally:
                 extraction.resumes = reader.resumes
-        if pending:
+        if pending[0]:
             await put(cast.batch(pending))
     except Exception as exc:  # handed over, raised on the consuming side
         await put(exc)
@@ -267,10 +271,10 @@ def _pages_in_thread(extraction: Extraction) -> Iterator[pa.RecordBatch]:
 
 @dataclass(frozen=True)
 class _Page:
-    """A page as the API sent it, and its row ids."""
+    """A page's cells, column by column, and its row ids."""
 
     ids: list[str]
-    rows: Sequence[Mapping[str, Any]]
+    cells: _Cells
     limit: int
     total: int | None
     last_created_at: str | None
@@ -297,7 +301,7 @@ class _Reader:
         self,
         client: AsyncClient,
         extraction: Extraction,
-        emit: Callable[[Sequence[Mapping[str, Any]]], Awaitable[None]],
+        emit: Callable[[_Cells], Awaitable[None]],
     ) -> None:
         self._client = client
         self._table = extraction.table
@@ -305,6 +309,7 @@ class _Reader:
         self._page_size = extraction._page_size
         self._concurrency = extraction._concurrency
         self._emit = emit
+        self._split = _Caster(extraction).split
         self._by_key: bool | None = None  # None: not yet known
         self.resumes = 0
 
@@ -326,9 +331,10 @@ class _Reader:
             self._table.id, limit=limit, offset=offset, sort=SORT, order="asc", filter=filter
         )
         rows = page.raw
+        cells = self._split(rows)
         return _Page(
-            ids=[r["id"] for r in rows],
-            rows=rows,
+            ids=cells[0],
+            cells=cells,
             limit=page.limit,
             total=page.total,
             last_created_at=rows[-1].get("created_at") if rows else None,
@@ -395,14 +401,13 @@ class _Reader:
 
     async def _emit_new(self, page: _Page, *, skip_first: bool, seen: Sequence[str]) -> None:
         """Emits the page without its overlap row, and without ids the previous page had."""
-        rows, ids = page.rows, page.ids
-        if skip_first:
-            rows, ids = rows[1:], ids[1:]
-        again = set(ids).intersection(seen)
+        cells = [column[1:] for column in page.cells] if skip_first else page.cells
+        again = set(cells[0]).intersection(seen)
         if again:
-            rows = [r for r, i in zip(rows, ids, strict=True) if i not in again]
-        if rows:
-            await self._emit(rows)
+            keep = [row_id not in again for row_id in cells[0]]
+            cells = [[v for v, k in zip(column, keep, strict=True) if k] for column in cells]
+        if cells[0]:
+            await self._emit(cells)
 
     async def _keys_work(self, edge: _Edge) -> bool:
         """Whether we may resume by key: the server filters on created_at and id, unambiguously."""
@@ -476,16 +481,28 @@ class _Caster:
         self._columns = extraction.columns
         self._warned: set[str] = set()
 
-    def batch(self, rows: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
-        """Rows as the API sent them (the client checked each has an ``id``) into one batch."""
-        cells = [r.get("fields") or {} for r in rows]
-        arrays: list[pa.Array] = [
-            self._cells(_ID, [r["id"] for r in rows]),
-            _timestamps([r.get("created_at") for r in rows]),
-            _timestamps([r.get("updated_at") for r in rows]),
+    def empty(self) -> _Cells:
+        return [[] for _ in range(3 + len(self._columns))]
+
+    def split(self, rows: Sequence[Mapping[str, Any]]) -> _Cells:
+        """Rows as the API sent them (the client checked each has an ``id``), by column."""
+        fields = [r.get("fields") or {} for r in rows]
+        return [
+            [r["id"] for r in rows],
+            [r.get("created_at") for r in rows],
+            [r.get("updated_at") for r in rows],
+            *([f.get(column.name) for f in fields] for column in self._columns),
         ]
-        for column in self._columns:
-            arrays.append(self._cells(column, [c.get(column.name) for c in cells]))
+
+    def batch(self, cells: _Cells) -> pa.RecordBatch:
+        """Cells by column (see `split`) as one record batch of the extraction's schema."""
+        ids, created, updated, *values = cells
+        arrays: list[pa.Array] = [
+            self._cells(_ID, ids),
+            _timestamps(created),
+            _timestamps(updated),
+        ]
+        arrays += [self._cells(c, v) for c, v in zip(self._columns, values, strict=True)]
         return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
 
     def _cells(self, column: Column, values: list[Any]) -> pa.Array:

@@ -3,6 +3,10 @@
 A writer deletes, creates and updates rows over HTTP for as long as the read runs. Offset
 paging alone would skip rows here (a delete before the read position shifts later rows into
 pages already read); the extraction must notice at a page edge and resume.
+
+The reads carry a filter that matches every row: our server keeps its offsets exact across
+writes for unfiltered reads in creation order (so those may never shift at all, which is
+also fine), and these tests want the shifts to happen.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from connector.extract import read_batches
 from tests.fixtures.server import RunningServer, ServerFactory
 
 ROWS = 3000
+#: Matches every row (names are never empty), and makes the server page by plain offsets.
+EVERY_ROW = {"Name": {"gt": ""}}
 
 
 class Writer(threading.Thread):
@@ -54,7 +60,7 @@ class Writer(threading.Thread):
         self.http.close()
 
 
-def read_while_writing(server: RunningServer, spec: dict[str, Any], **options: Any) -> tuple[list[str], set[str], Writer, int]:
+def read_while_writing(server: RunningServer, spec: dict[str, Any], filter: Any = EVERY_ROW, **options: Any) -> tuple[list[str], set[str], Writer, int]:
     table_id = server.create_table(spec)
     ids = [r["id"] for r in server.insert_rows(table_id, [{"Name": str(i)} for i in range(ROWS)])]
     # Deletes land in the first 80% of the table, so they shift pages still to be read.
@@ -64,7 +70,7 @@ def read_while_writing(server: RunningServer, spec: dict[str, Any], **options: A
         table = client.get_table(table_id)
         writer.start()
         try:
-            extraction = read_batches(client, table, **options)
+            extraction = read_batches(client, table, filter=filter, **options)
             read = [i for batch in extraction for i in batch.column("_id").to_pylist()]
         finally:
             writer.stop()
@@ -88,6 +94,16 @@ def test_resuming_by_key_loses_and_repeats_nothing(slow_server: RunningServer) -
     assert duplicates == []
     assert existed_throughout - set(read) == set()
     assert set(read) <= existed_throughout | set(writer.deleted) | set(writer.created)
+
+
+def test_an_unfiltered_read_loses_and_repeats_nothing(slow_server: RunningServer) -> None:
+    spec = {"name": "Busy", "columns": [{"name": "Name", "type": "text"}]}
+    read, existed_throughout, writer, _ = read_while_writing(
+        slow_server, spec, filter=None, page_size=20, concurrency=4
+    )
+    assert writer.deleted
+    assert [i for i, n in Counter(read).items() if n > 1] == []
+    assert existed_throughout - set(read) == set()
 
 
 def test_resuming_by_offset_loses_and_repeats_nothing(slow_server: RunningServer) -> None:
@@ -134,7 +150,7 @@ def test_a_server_refusing_key_filters_is_resumed_by_offset(server: RunningServe
                 pages_served += 1
                 if pages_served == 2:
                     for victim in ids[5:15]:
-                        http.delete(f"/tables/{table_id}/rows/{victim}")
+                        assert http.delete(f"/tables/{table_id}/rows/{victim}").status_code == 204
                         deleted.append(victim)
             return response
 
@@ -143,9 +159,11 @@ def test_a_server_refusing_key_filters_is_resumed_by_offset(server: RunningServe
 
     transport = RefusingKeyFilters()
     with Client(server.base_url, server.api_key, transport=transport) as client:
-        extraction = read_batches(client, client.get_table(table_id), page_size=50, concurrency=1)
+        extraction = read_batches(
+            client, client.get_table(table_id), filter=EVERY_ROW, page_size=50, concurrency=1
+        )
         read = [i for b in extraction for i in b.column("_id").to_pylist()]
     http.close()
-    assert deleted and extraction.resumes > 0
+    assert deleted and extraction.resumes > 0, (pages_served, len(read))
     assert len(read) == len(set(read))
     assert set(ids) - set(deleted) - set(read) == set()
