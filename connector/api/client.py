@@ -270,7 +270,7 @@ class _Settings:
         return http.build_request(
             call.method,
             f"{self.base_url}{call.path}",
-            params=call.params,
+            params=call.params or None,  # an empty mapping doubles build_request's cost
             content=content,
             headers=headers,
         )
