@@ -4,7 +4,8 @@ Every path (extract, load, push) asks this module what a column *is*; none keeps
 mapping. Unknown column types load as text, with one warning naming the type.
 
 pandas and SQLAlchemy are named here but imported only when a dtype or SQL type is asked
-for: an extraction to Parquet needs neither, and importing them costs ~70 MB of memory.
+for: commands that need neither (`connector tables`, an export to Parquet) skip SQLAlchemy,
+and pandas until pyarrow itself asks for it.
 """
 
 from __future__ import annotations
