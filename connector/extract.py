@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 
 from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, AsyncClient, Client
 from connector.api.client import Filter
+from connector.api.models import Row
 from connector.errors import ApiValidationError, BadRequest, ConfigError, ConnectorError
 from connector.schema import SYSTEM_FIELDS, Column, Table, arrow_schema, frame_from_arrow
 
@@ -109,6 +110,10 @@ class Extraction:
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         yield from _pages_here(self) if _no_running_loop() else _pages_in_thread(self)
+
+    def cast(self, rows: Sequence[Row]) -> pa.RecordBatch:
+        """Rows read some other way (another order, say) typed exactly as this read types them."""
+        return _Caster(self).batch(rows)
 
     def to_arrow(self) -> pa.Table:
         """The whole table as one Arrow table (held in memory: only when asked for)."""
@@ -187,7 +192,7 @@ async def _fetch_all(extraction: Extraction, put: _Put) -> None:
         for column, more in zip(pending, cells, strict=True):
             column.extend(more)
         if len(pending[0]) >= BATCH_ROWS:
-            batch, pending = cast.batch(pending), cast.empty()
+            batch, pending = cast.from_cells(pending), cast.empty()
             await put(batch)
 
     try:
@@ -198,7 +203,7 @@ async def _fetch_all(extraction: Extraction, put: _Put) -> None:
             finally:
                 extraction.resumes = reader.resumes
         if pending[0]:
-            await put(cast.batch(pending))
+            await put(cast.from_cells(pending))
     except Exception as exc:  # handed over, raised on the consuming side
         await put(exc)
         return
@@ -514,7 +519,18 @@ class _Caster:
                 *([f.get(name) for f in fields] for name in self._names),
             ]
 
-    def batch(self, cells: _Cells) -> pa.RecordBatch:
+    def batch(self, rows: Sequence[Row]) -> pa.RecordBatch:
+        """`Row`s (say from `Client.pages` in another order) as one batch of the schema."""
+        return self.from_cells(
+            [
+                [r.id for r in rows],
+                [r.created_at for r in rows],
+                [r.updated_at for r in rows],
+                *([r.fields.get(name) for r in rows] for name in self._names),
+            ]
+        )
+
+    def from_cells(self, cells: _Cells) -> pa.RecordBatch:
         """Cells by column (see `split`) as one record batch of the extraction's schema."""
         ids, created, updated, *values = cells
         arrays: list[pa.Array] = [
