@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import threading
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -117,6 +118,17 @@ def test_faults_and_latency_do_not_change_the_result(server_factory: ServerFacto
     got = read(faulty, table_id)
     assert got["_id"].tolist() == [r["id"] for r in inserted]
     pd.testing.assert_frame_equal(got, expected)
+
+
+def test_an_exported_file_holds_no_key(server: RunningServer, tmp_path: Path) -> None:
+    from connector.load.parquet import write_parquet
+
+    table_id = server.create_table(EVERY_TYPE)
+    server.insert_rows(table_id, [ADA] * 10)
+    with Client(server.base_url, server.api_key) as client:
+        extraction = read_batches(client, client.get_table(table_id))
+        assert write_parquet(extraction, extraction.schema, tmp_path / "t.parquet") == 10
+    assert server.api_key.encode() not in (tmp_path / "t.parquet").read_bytes()
 
 
 def test_an_empty_table_reads_as_an_empty_typed_frame(server: RunningServer) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from connector.api import Client, RateLimiter, RetryPolicy
 from connector.api.client import NotSent
-from connector.errors import NotFound, RateLimited, ServerError, TransportError
+from connector.errors import ApiError, NotFound, RateLimited, ServerError, TransportError
 
 ROW = {"id": "row_1", "fields": {}, "created_at": "2024-01-01T00:00:00Z",
        "updated_at": "2024-01-01T00:00:00Z"}
@@ -126,6 +126,15 @@ def test_retries_give_up_after_the_attempts() -> None:
     with client_for(handler) as client, pytest.raises(RateLimited):
         client.list_tables()
     assert len(seen) == FAST.attempts
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 422])
+def test_client_errors_fail_fast(status: int) -> None:
+    handler, seen = scripted(httpx.Response(status, json={"error": {"code": "X", "message": "no"}}))
+    with client_for(handler) as client, pytest.raises(ApiError) as caught:
+        client.list_tables()
+    assert len(seen) == 1
+    assert caught.value.status == status and not caught.value.retriable
 
 
 def test_retry_off_tries_once() -> None:
