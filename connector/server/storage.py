@@ -156,7 +156,11 @@ def row_id(micros: int) -> str:
 
 
 class Storage:
-    """One SQLite connection; the app calls it from its event loop, one call at a time."""
+    """One SQLite connection, one transaction at a time.
+
+    The server calls it from its event loop; in-process tests may drive one app from
+    several threads' loops, so transactions also take a lock.
+    """
 
     def __init__(self, path: str = DEFAULT_DB) -> None:
         self.path = path
@@ -169,6 +173,7 @@ class Storage:
         self.clock = Clock()
         self.offsets = OffsetIndex()
         self._indexed: set[str] = set()
+        self._serial = threading.RLock()
 
     def close(self) -> None:
         self._db.close()
@@ -180,22 +185,24 @@ class Storage:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+        with self._serial:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         """A snapshot: the count, the page and the version agree with each other."""
-        self._db.execute("BEGIN")
-        try:
-            yield self._db
-        finally:
-            self._db.execute("COMMIT")
+        with self._serial:
+            self._db.execute("BEGIN")
+            try:
+                yield self._db
+            finally:
+                self._db.execute("COMMIT")
 
     # -- tables -------------------------------------------------------------------------
 

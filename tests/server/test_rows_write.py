@@ -204,3 +204,21 @@ def test_row_counts_follow_writes(api: httpx.Client, people: str) -> None:
     api.delete(f"/tables/{people}/rows/{first}")
     assert api.get("/tables").json()["tables"][0]["rows"] == 6
     assert api.get(f"/tables/{people}/rows").json()["total"] == 6
+
+
+def test_one_app_driven_from_several_threads_serves_every_request(
+    api: httpx.Client, people: str
+) -> None:
+    """In-process clients may call one app from several threads' event loops at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def write_and_read(worker: int) -> int:
+        for batch in range(5):
+            rows = [{"fields": {"Name": f"w{worker}-{batch}-{i}"}} for i in range(10)]
+            assert api.post(f"/tables/{people}/rows/bulk", json={"rows": rows}).status_code == 201
+            assert api.get(f"/tables/{people}/rows", params={"limit": 5}).status_code == 200
+        return worker
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        assert sorted(pool.map(write_and_read, range(4))) == [0, 1, 2, 3]
+    assert api.get(f"/tables/{people}/rows", params={"limit": 1}).json()["total"] == 4 * 5 * 10
