@@ -36,7 +36,7 @@ from connector.errors import (
     ConnectorError,
     PermissionDenied,
 )
-from connector.extract import Extraction, _Caster, read_batches
+from connector.extract import Extraction, read_batches
 from connector.jobs.config import Job, PushSpec, key_path
 from connector.jobs.lock import job_lock
 from connector.jobs.sinks import Sink, open_sink
@@ -383,7 +383,7 @@ class _Sync:
         self, table: Table, filter: Mapping[str, Any], cursor: str
     ) -> Iterator[pa.RecordBatch]:
         """Newest first, stopping at the first row not newer than the cursor."""
-        cast = _Caster(Extraction(self.client, table))  # the extractor's typing of cells
+        extraction = Extraction(self.client, table)  # for its typing of cells
         for page in self.client.pages(
             table.id,
             page_size=self.job.source.page_size,
@@ -393,7 +393,7 @@ class _Sync:
         ):
             newer = [r for r in page.rows if (r.updated_at or "") > cursor]
             if newer:
-                yield cast.batch(newer)
+                yield extraction.cast(newer)
             if len(newer) < len(page.rows):
                 return
 
