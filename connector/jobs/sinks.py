@@ -8,7 +8,6 @@ adds what only a sync asks: the ids a destination holds, appends to Parquet, and
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Collection, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +22,7 @@ from connector.errors import DestinationError
 from connector.jobs.config import Destination, WriteMode
 from connector.load.parquet import merge_parquet, write_parquet
 from connector.load.sql import load_table
+from connector.load.transfer import file_name
 from connector.schema import Table
 
 __all__ = ["DELETED_AT", "Sink", "open_sink"]
@@ -242,12 +242,6 @@ class SqlSink:
             reason = getattr(exc, "orig", None) or exc
             where = f"{table.name!r} in {self.destination.describe()}"
             raise DestinationError(f"reading {where} failed: {reason}") from exc
-
-
-def file_name(table_name: str) -> str:
-    """A file name for a table: path separators and a leading dot are replaced."""
-    name = re.sub(r"[/\\\x00]", "_", table_name)
-    return f"_{name}" if name.startswith(".") else name
 
 
 def _with_deleted_at(schema: pa.Schema) -> pa.Schema:
