@@ -1,21 +1,21 @@
 """What a job remembers between runs: a cursor per table, the last run, row counts.
 
-The state file is JSON, replaced atomically (written aside, fsynced, `os.replace`d), and
-only after the destination has committed; so a run that crashes or is killed leaves the
-state of the last good run, and the next run redoes the work it lost. It holds no secrets.
+The state file is JSON, replaced atomically (`connector.load.atomic`: written aside,
+fsynced, renamed into place), and only after the destination has committed; so a run that
+crashes or is killed leaves the state of the last good run, and the next run redoes the
+work it lost. It holds no secrets.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from connector.errors import ConfigError
+from connector.load.atomic import atomic_path
 
 __all__ = ["STATE_VERSION", "JobState", "RunRecord", "TableState", "load_state", "save_state"]
 
@@ -91,27 +91,5 @@ def save_state(path: Path, state: JobState) -> None:
         "tables": {k: asdict(v) for k, v in sorted(state.tables.items())},
         "last_run": asdict(state.last_run) if state.last_run else None,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(payload, out, indent=2, sort_keys=True)
-            out.write("\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with atomic_path(path) as temp:
+        temp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
