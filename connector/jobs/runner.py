@@ -406,19 +406,24 @@ class _Sync:
         *,
         incremental: bool,
     ) -> tuple[list[set[str]], list[set[str]]]:
-        """Per destination: the ids it will hold after a merge, and those to delete from it.
+        """Per destination: the ids it holds after the write, and those to delete from it.
 
-        Both lists are empty-handed (``[]`` held) for replace and append writes, which need
-        no deletes. Only an incremental read has to ask the server which ids still exist.
+        Only a merging destination (every one, on an incremental read) has rows deleted; a
+        replace or an append beside it takes none, and counts as holding just the ids read.
+        Both lists are empty-handed (``[]`` held) when nothing merges. Only an incremental
+        read has to ask the server which ids still exist.
         """
-        merging = incremental or any(s.destination.mode == "merge" for s in sinks)
-        if not merging:
+        merges = [incremental or s.destination.mode == "merge" for s in sinks]
+        if not any(merges):
             return [], [set() for _ in sinks]
-        held = [s.live_ids(table) | spool.ids for s in sinks]
+        held = [
+            s.live_ids(table) | spool.ids if merge else spool.ids
+            for s, merge in zip(sinks, merges, strict=True)
+        ]
         if self.job.deletes == "keep":
             return held, [set() for _ in sinks]
         if not incremental:  # a full read saw every id
-            return held, [h - spool.ids for h in held]
+            return held, [h - spool.ids for h in held]  # empty for those that do not merge
         total = self.client.list_rows(table.id, limit=1, filter=filter or None).total
         if total is not None and all(len(h) == total for h in held):
             return held, [set() for _ in sinks]  # the counts match: nothing was deleted

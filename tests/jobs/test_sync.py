@@ -401,3 +401,25 @@ def test_deleted_rows_can_be_kept(workspace: Workspace, tmp_path: Path) -> None:
     assert result(summary, "People").rows_deleted == 0
     assert sorted(parquet_people(tmp_path / "pq").index) == sorted([*NAMES, "P100"])
     assert sorted(sql_people(f"sqlite:///{tmp_path / 'wh.db'}")) == sorted([*NAMES, "P100"])
+
+
+
+def test_a_sql_replace_destination_beside_a_merge_one_takes_no_deletes(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """Only the merging destination has rows deleted upstream removed from it; the SQL
+    table beside it is simply replaced, and the run is ok."""
+    job = workspace.job(
+        '[tables]\ninclude = ["People"]\n'
+        '[[destination]]\nurl = "sqlite:///replaced.db"\n'
+        '[[destination]]\nparquet = "merged"\nmode = "merge"\n'
+    )
+    workspace.run(job)
+    change_people(workspace)
+
+    summary = workspace.run(job)
+
+    assert summary.status == "ok", summary
+    assert result(summary, "People").rows_deleted == 1
+    assert sorted(sql_people(f"sqlite:///{tmp_path / 'replaced.db'}")) == EXPECTED_AFTER_CHANGES
+    assert list(parquet_people(tmp_path / "merged").index) == EXPECTED_AFTER_CHANGES
