@@ -86,11 +86,10 @@ class ParquetSink:
         if not path.is_file():
             return set()
         id_name = table.system_names()["id"]
-        names = pq.read_schema(path).names
-        columns = [id_name, DELETED_AT] if DELETED_AT in names else [id_name]
-        data = pq.read_table(path, columns=columns)
-        if DELETED_AT in names:
-            data = data.filter(pc.is_null(data.column(DELETED_AT)))
+        if not _has_marks(path):
+            return set(pq.read_table(path, columns=[id_name]).column(id_name).to_pylist())
+        data = pq.read_table(path, columns=[id_name, DELETED_AT])
+        data = data.filter(pc.is_null(data.column(DELETED_AT)))
         return set(data.column(id_name).to_pylist())
 
     def write(
@@ -107,14 +106,14 @@ class ParquetSink:
         try:
             if mode == "replace":
                 return write_parquet(batches, schema, path)
+            if _has_marks(path):  # keep the marks of earlier runs
+                schema = _with_deleted_at(schema)
             if mode == "append":
-                return write_parquet(_chain(self._old(path), batches), _unified(path, schema), path)
+                return write_parquet(_chain(self._old(path), batches), schema, path)
             if mark and deleted:
                 schema = _with_deleted_at(schema)
                 batches = _chain(batches, self._marked(path, table, schema, deleted))
                 deleted = ()
-            elif path.is_file() and DELETED_AT in pq.read_schema(path).names:
-                schema = _with_deleted_at(schema)  # keep earlier marks
             return merge_parquet(batches, schema, path, deleted_ids=deleted)
         except (OSError, pa.ArrowException) as exc:
             raise DestinationError(f"writing {path} failed: {exc}") from exc
@@ -248,11 +247,9 @@ def _with_deleted_at(schema: pa.Schema) -> pa.Schema:
     return schema if DELETED_AT in schema.names else schema.append(_DELETED_FIELD)
 
 
-def _unified(path: Path, schema: pa.Schema) -> pa.Schema:
-    """Appending keeps a ``_deleted_at`` column an earlier run added."""
-    if path.is_file() and DELETED_AT in pq.read_schema(path).names:
-        return _with_deleted_at(schema)
-    return schema
+def _has_marks(path: Path) -> bool:
+    """Whether an earlier run added the ``_deleted_at`` column to the file at `path`."""
+    return path.is_file() and DELETED_AT in pq.read_schema(path).names
 
 
 def _chain(*parts: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
