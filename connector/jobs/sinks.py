@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from connector.errors import DestinationError
 from connector.jobs.config import Destination, WriteMode
 from connector.load.parquet import merge_parquet, write_parquet
-from connector.load.sql import load_table
+from connector.load.sql import connect, load_table
 from connector.load.transfer import file_name
 from connector.schema import Table
 
@@ -151,11 +151,9 @@ class SqlSink:
     def engine(self) -> sa.Engine:
         if self._engine is None:
             url = sa.make_url(self.destination.target)
-            if url.drivername == "postgresql":
-                url = url.set(drivername="postgresql+psycopg")
             if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
                 Path(url.database).parent.mkdir(parents=True, exist_ok=True)
-            self._engine = sa.create_engine(url)
+            self._engine = connect(self.destination.target)  # the loads' driver choice
         return self._engine
 
     def close(self) -> None:
