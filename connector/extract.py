@@ -1,7 +1,11 @@
 """A table, read as a stream of typed Arrow record batches (and, on request, one DataFrame).
 
-Reading is offset paging in an explicit, stable order (``created_at`` ascending; the
-reference server breaks ties by id). The first page gives the applied limit and the total;
+Reading is offset paging in an explicit, stable order: by the system ``created_at``
+ascending (the reference server breaks ties by id), else by ``id`` when a user column is
+called ``created_at`` (a server may then sort and filter by the user's column, so the name
+no longer means ours), else by ``updated_at`` (an update moves a row to the end, so ids
+already emitted are dropped), else, when all three are taken, in the server's default order.
+The first page gives the applied limit and the total;
 the pages after it are fetched concurrently (at most `concurrency` in flight) and emitted in
 order, so memory stays flat however large the table.
 
@@ -12,10 +16,16 @@ shifts later rows left, and the overlap row is then not where it was. When page 
 start with page k-1's last row, the pages after k-1 are dropped and the read resumes right
 after the last row it emitted:
 
-* by key, where the server accepts filters on ``created_at`` and ``id`` (checked once):
-  first ``created_at == t and id > last id`` (the rest of its timestamp), then
-  ``created_at > t``, each read the same way;
+* by key, where the server accepts filters on the order key (checked once): by
+  ``created_at``, first ``created_at == t and id > last id`` (the rest of its timestamp),
+  then ``created_at > t``; by ``id``, ``id > last id``; each read the same way;
 * otherwise by finding that row (or a later one of its page) again near its old offset.
+
+Every page is checked to really come in the order asked (its system key non-decreasing). A
+server that does not honour the sort (or one where no key is free) is read in its default
+order, by offset, resuming by finding the last rows again, and every id already emitted is
+dropped, so no id is emitted twice (ids are remembered as 64-bit hashes: 8 bytes a row in an
+array while the order holds, a set of them after; only then does memory grow with the table).
 
 If every edge matches, each page continues exactly where the previous one ended, so no row
 that existed throughout the read is skipped and no id is emitted twice (ids of the previous
@@ -31,6 +41,7 @@ import datetime as dt
 import queue
 import threading
 import warnings
+from array import array
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -67,8 +78,12 @@ BATCH_ROWS = 1000  # large enough that Arrow's per-call costs vanish
 MAX_RESUMES = 1000
 #: Windows searched backwards for the last emitted row when resuming by offset.
 MAX_SEARCH_WINDOWS = 20
-#: The order every read asks for: the one order new rows cannot enter in the middle of.
-SORT = "created_at"
+#: Order keys in preference: system fields new rows cannot enter in the middle of (creation
+#: time), that filters resume after exactly (ids), or where rows only move to the end (last
+#: update). The first a user column does not shadow is used; none: the server's default order.
+ORDER_KEYS = ("created_at", "id", "updated_at")
+#: Which of a page's cell columns (id, created_at, updated_at first) holds each order key.
+_KEY_CELLS = {"id": 0, "created_at": 1, "updated_at": 2}
 
 
 class ExtractionError(ConnectorError):
@@ -275,15 +290,34 @@ def _pages_in_thread(extraction: Extraction) -> Iterator[pa.RecordBatch]:
         thread.join()
 
 
+def _order_key(table: Table) -> str | None:
+    """The first of `ORDER_KEYS` no user column shadows (compared case-insensitively, as a
+    server may match names), or None: read in the server's default order."""
+    taken = {name.lower() for name in table.column_names}
+    return next((key for key in ORDER_KEYS if key not in taken), None)
+
+
+class _Unordered(Exception):
+    """A page did not come in the order asked: the server does not honour the sort."""
+
+
+def _ascending(values: list[Any]) -> bool:
+    try:
+        return sorted(values) == values  # linear on sorted input, and in C
+    except TypeError:  # a missing (None) key: the order cannot be checked, so it is not trusted
+        return False
+
+
 @dataclass(frozen=True)
 class _Page:
-    """A page's cells, column by column, and its row ids."""
+    """A page's cells, column by column, its row ids, and whether it came in the order asked."""
 
     ids: list[str]
     cells: _Cells
     limit: int
     total: int | None
     last_created_at: str | None
+    ordered: bool
 
 
 @dataclass(frozen=True)
@@ -316,10 +350,27 @@ class _Reader:
         self._concurrency = extraction._concurrency
         self._emit = emit
         self._split = _Caster(extraction).split
-        self._by_key: bool | None = None  # None: not yet known
+        self._key = _order_key(extraction.table)
+        # None: not yet known. By updated_at, ties would need the (shadowed) id: by offset.
+        self._by_key: bool | None = None if self._key in ("created_at", "id") else False
+        #: Hashes of the ids emitted so far (64-bit, 8 bytes a row), for the fallback below.
+        self._emitted: array[int] = array("q")
+        #: Once reading in the server's default order: every id hash emitted, dropped on sight.
+        self._seen: set[int] | None = None if self._key in ("created_at", "id") else set()
         self.resumes = 0
 
     async def read(self) -> None:
+        try:
+            await self._read()
+        except _Unordered:
+            # Pages already emitted came in an order we could not trust: read everything again
+            # in the server's default order and drop each id emitted before.
+            self._key, self._by_key = None, False
+            self._seen = (self._seen or set()).union(self._emitted)
+            del self._emitted[:]
+            await self._read()
+
+    async def _read(self) -> None:
         edge = await self._pass(self._filter, 0, None)
         while edge is not None:
             self.resumes += 1
@@ -333,8 +384,14 @@ class _Reader:
                 edge = await self._resume_by_offset(edge)
 
     async def _fetch(self, filter: Mapping[str, Mapping[str, Any]], offset: int, limit: int) -> _Page:
+        key = self._key
         page = await self._client.list_rows(
-            self._table.id, limit=limit, offset=offset, sort=SORT, order="asc", filter=filter
+            self._table.id,
+            limit=limit,
+            offset=offset,
+            sort=key,
+            order="asc" if key else None,
+            filter=filter,
         )
         rows = page.raw
         cells = self._split(rows)
@@ -344,6 +401,7 @@ class _Reader:
             limit=page.limit,
             total=page.total,
             last_created_at=rows[-1].get("created_at") if rows else None,
+            ordered=key is None or _ascending(cells[_KEY_CELLS[key]]),
         )
 
     async def _pass(
@@ -357,6 +415,8 @@ class _Reader:
         limit = first.limit
         if limit < 2:
             raise ExtractionError(f"the server applied a page limit of {limit}; need at least 2")
+        if not first.ordered:
+            raise _Unordered
         if anchor is None:
             await self._emit_new(first, skip_first=False, seen=())
         elif not first.ids or first.ids[0] != anchor.row_id:
@@ -393,6 +453,8 @@ class _Reader:
                     continue
                 pending.popleft()
                 page = head.result()
+                if not page.ordered:
+                    raise _Unordered
                 if not page.ids or page.ids[0] != prev.ids[-1]:
                     return _Edge.after(prev, prev_offset)
                 await self._emit_new(page, skip_first=True, seen=prev.ids)
@@ -408,31 +470,47 @@ class _Reader:
     async def _emit_new(self, page: _Page, *, skip_first: bool, seen: Sequence[str]) -> None:
         """Emits the page without its overlap row, and without ids the previous page had."""
         cells = [column[1:] for column in page.cells] if skip_first else page.cells
-        again = set(cells[0]).intersection(seen)
-        if again:
-            keep = [row_id not in again for row_id in cells[0]]
+        keep: list[bool] | None = None
+        if self._seen is not None:
+            hashes = list(map(hash, cells[0]))
+            if not self._seen.isdisjoint(hashes):
+                keep = [h not in self._seen for h in hashes]
+            self._seen.update(hashes)
+        else:
+            again = set(cells[0]).intersection(seen)
+            if again:
+                keep = [row_id not in again for row_id in cells[0]]
+        if keep is not None:
             cells = [[v for v, k in zip(column, keep, strict=True) if k] for column in cells]
+        if self._seen is None:
+            self._emitted.extend(map(hash, cells[0]))
         if cells[0]:
             await self._emit(cells)
 
     async def _keys_work(self, edge: _Edge) -> bool:
-        """Whether we may resume by key: the server filters on created_at and id, unambiguously."""
+        """Whether we may resume by key: the server filters on the order key, unambiguously.
+
+        By created_at the ties need an ``id`` filter too, so ``id`` must be ours as well.
+        """
         if self._by_key is None:
             names = {c.name.lower() for c in self._table.columns}
-            self._by_key = (
-                edge.created_at is not None
-                and not ({"created_at", "id"} & names)
-                and "id" not in self._filter
-            )
+            if self._key == "created_at":
+                self._by_key = (
+                    edge.created_at is not None and "id" not in names and "id" not in self._filter
+                )
+                probes = [self._tie_filter(edge), self._after_filter(edge)]
+            else:
+                self._by_key = "id" not in self._filter
+                probes = [self._after_id_filter(edge)]
             if self._by_key:
                 try:
-                    await asyncio.gather(
-                        self._fetch(self._tie_filter(edge), 0, 1),
-                        self._fetch(self._after_filter(edge), 0, 1),
-                    )
+                    await asyncio.gather(*(self._fetch(probe, 0, 1) for probe in probes))
                 except (BadRequest, ApiValidationError):
                     self._by_key = False
-        return self._by_key and edge.created_at is not None
+        return self._by_key and (self._key == "id" or edge.created_at is not None)
+
+    def _after_id_filter(self, edge: _Edge) -> dict[str, Mapping[str, Any]]:
+        return {**self._filter, "id": {"gt": edge.row_id}}
 
     def _tie_filter(self, edge: _Edge) -> dict[str, Mapping[str, Any]]:
         return {**self._filter, "created_at": {"eq": edge.created_at}, "id": {"gt": edge.row_id}}
@@ -442,6 +520,8 @@ class _Reader:
         return {**self._filter, "created_at": {"gt": edge.created_at}}
 
     async def _resume_by_key(self, edge: _Edge) -> _Edge | None:
+        if self._key == "id":
+            return await self._pass(self._after_id_filter(edge), 0, None)
         shift = await self._pass(self._tie_filter(edge), 0, None)
         if shift is not None:
             return shift

@@ -54,14 +54,15 @@ def test_every_type_loads_with_its_dtype_and_empty_cells_are_null(server: Runnin
     assert frame["Member"].dtype == pd.BooleanDtype()
     assert str(frame["_created_at"].dtype) == "datetime64[us, UTC]"
 
-    # (sorted by created_at, which here is the user's column: the empty cell sorts first)
-    nobody, ada = frame.iloc[0], frame.iloc[1]
+    # (`created_at` and `id` are the user's columns here, so the read is by the system
+    # `updated_at`: the rows come in the order they were written)
+    ada, nobody = frame.iloc[0], frame.iloc[1]
     assert (ada["Name"], ada["Status"], ada["Age"], ada["Member"]) == ("Ada", "Active", 36.5, True)
     assert ada["Joined"] == dt.date(2024, 2, 29)
     assert ada["id"] == "A-1" and ada["created_at"] == dt.date(1815, 12, 10)  # user columns survive
     assert ada["_id"].startswith("row_")
     assert nobody[["Status", "Age", "Member", "Joined", "id", "created_at"]].isna().all()
-    assert frame["id"].tolist() == [pd.NA, "A-1"]  # an empty text cell is null, never "nan"
+    assert frame["id"].tolist() == ["A-1", pd.NA]  # an empty text cell is null, never "nan"
 
 
 def test_batches_carry_the_schema_of_the_selected_columns(server: RunningServer) -> None:

@@ -14,12 +14,13 @@ from __future__ import annotations
 import random
 import threading
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 
-from connector.api import Client
+from connector.api import Client, RateLimiter
 from connector.extract import read_batches
 from tests.fixtures.server import RunningServer, ServerFactory
 
@@ -31,8 +32,10 @@ EVERY_ROW = {"Name": {"gt": ""}}
 class Writer(threading.Thread):
     """Deletes random rows of the first part of the table, adds rows and edits others."""
 
-    def __init__(self, server: RunningServer, table_id: str, doomed: list[str], edited: list[str]) -> None:
+    def __init__(self, server: RunningServer, table_id: str, doomed: list[str], edited: list[str],
+                 new_row: Callable[[random.Random], dict[str, Any]] = lambda _: {"Name": "new"}) -> None:
         super().__init__(daemon=True)
+        self.new_row = new_row
         self.http = server.client()
         self.table_id = table_id
         self.doomed = doomed
@@ -48,7 +51,7 @@ class Writer(threading.Thread):
             victim = self.doomed.pop(self.rng.randrange(len(self.doomed)))
             assert self.http.delete(f"{rows}/{victim}").status_code == 204
             self.deleted.append(victim)
-            made = self.http.post(rows, json={"fields": {"Name": "new"}})
+            made = self.http.post(rows, json={"fields": self.new_row(self.rng)})
             self.created.append(made.json()["id"])
             edit = self.rng.choice(self.edited)
             self.http.patch(f"{rows}/{edit}", json={"fields": {"Name": "edited"}})
@@ -60,12 +63,19 @@ class Writer(threading.Thread):
         self.http.close()
 
 
-def read_while_writing(server: RunningServer, spec: dict[str, Any], filter: Any = EVERY_ROW, **options: Any) -> tuple[list[str], set[str], Writer, int]:
+def read_while_writing(
+    server: RunningServer,
+    spec: dict[str, Any],
+    filter: Any = EVERY_ROW,
+    seed: Callable[[int], dict[str, Any]] = lambda i: {"Name": str(i)},
+    new_row: Callable[[random.Random], dict[str, Any]] = lambda _: {"Name": "new"},
+    **options: Any,
+) -> tuple[list[str], set[str], Writer, int]:
     table_id = server.create_table(spec)
-    ids = [r["id"] for r in server.insert_rows(table_id, [{"Name": str(i)} for i in range(ROWS)])]
+    ids = [r["id"] for r in server.insert_rows(table_id, [seed(i) for i in range(ROWS)])]
     # Deletes land in the first 80% of the table, so they shift pages still to be read.
     doomed, edited = ids[: ROWS * 4 // 5 : 3], ids[1::3]
-    writer = Writer(server, table_id, list(doomed), edited)
+    writer = Writer(server, table_id, list(doomed), edited, new_row)
     with Client(server.base_url, server.api_key) as client:
         table = client.get_table(table_id)
         writer.start()
@@ -106,8 +116,8 @@ def test_an_unfiltered_read_loses_and_repeats_nothing(slow_server: RunningServer
     assert existed_throughout - set(read) == set()
 
 
-def test_resuming_by_offset_loses_and_repeats_nothing(slow_server: RunningServer) -> None:
-    """A user column called `created_at` makes key filters ambiguous: resume by offset instead."""
+def test_a_shadowed_created_at_is_read_by_id(slow_server: RunningServer) -> None:
+    """A user column called `created_at`: the read sorts and resumes by the system `id`."""
     spec = {"name": "Shadowed", "columns": [{"name": "Name", "type": "text"},
                                             {"name": "created_at", "type": "text"}]}
     read, existed_throughout, writer, resumes = read_while_writing(
@@ -167,3 +177,57 @@ def test_a_server_refusing_key_filters_is_resumed_by_offset(server: RunningServe
     assert deleted and extraction.resumes > 0, (pages_served, len(read))
     assert len(read) == len(set(read))
     assert set(ids) - set(deleted) - set(read) == set()
+
+
+SHADOWING = {"name": "Shadowing", "columns": [{"name": "Name", "type": "text"},
+                                              {"name": "created_at", "type": "text"},
+                                              {"name": "id", "type": "text"}]}
+ALL_SHADOWED = {"name": "All shadowed", "columns": [*SHADOWING["columns"], {"name": "updated_at", "type": "text"}]}
+
+
+def shadowing_row(i: int) -> dict[str, Any]:
+    """User `created_at`/`id` values that run against the system order (newest first)."""
+    return {"Name": str(i), "created_at": f"{ROWS - i:06}", "id": f"U{ROWS - i:06}"}
+
+
+@pytest.mark.parametrize("spec", [SHADOWING, ALL_SHADOWED], ids=["created_at+id", "all three"])
+def test_user_columns_named_like_system_fields_lose_and_repeat_nothing(
+    slow_server: RunningServer, spec: dict[str, Any]
+) -> None:
+    """System names shadowed: our server sorts and filters `created_at` by the user's column,
+    where new rows land anywhere (read by `updated_at` instead; with all three shadowed, in the
+    server's default order). The read must still emit each id once and miss no old row."""
+    read, existed_throughout, writer, resumes = read_while_writing(
+        slow_server, spec, seed=shadowing_row,
+        new_row=lambda rng: {"Name": "new", "created_at": f"{rng.randrange(ROWS):06}.5"},
+        page_size=20, concurrency=4,
+    )
+    assert writer.deleted and writer.created and resumes > 0
+    assert [i for i, n in Counter(read).items() if n > 1] == []
+    assert existed_throughout - set(read) == set()
+    assert set(read) <= existed_throughout | set(writer.deleted) | set(writer.created)
+
+
+def test_a_server_that_ignores_the_sort_is_read_without_duplicates() -> None:
+    """A page out of the order asked means the sort is not honoured: no duplicate, none lost."""
+    ids = [f"row_{i:04}" for i in range(300)]
+    order = ids[::-1]  # the server's own order, whatever `sort` says
+    served = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal served
+        if not request.url.path.endswith("/rows"):
+            return httpx.Response(200, json={"id": "tbl_1", "name": "T", "columns": [{"name": "N", "type": "number"}]})
+        limit, offset = int(request.url.params["limit"]), int(request.url.params["offset"])
+        served += 1
+        if served == 3:
+            del order[10:20]  # rows deleted during the read shift the pages after them
+        page = [{"id": i, "fields": {"N": int(i[4:])}, "created_at": f"2024-01-01T00:00:{int(i[4:]) % 60:02}Z",
+                 "updated_at": "2024-01-01T00:00:00Z"} for i in order[offset:offset + limit]]
+        return httpx.Response(200, json={"rows": page, "total": len(order), "limit": limit, "offset": offset})
+
+    with Client("http://api.test/v1", "k", transport=httpx.MockTransport(handler), limiter=RateLimiter()) as client:
+        read = [i for b in read_batches(client, client.get_table("tbl_1"), page_size=50, concurrency=2)
+                for i in b.column("_id").to_pylist()]
+    assert len(read) == len(set(read))
+    assert set(order) - set(read) == set()
