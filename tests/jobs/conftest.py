@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from connector.jobs.config import load_job
@@ -85,3 +86,32 @@ def make_workspace(server_factory: Callable[..., RunningServer], tmp_path: Path)
 @pytest.fixture
 def workspace(make_workspace: MakeWorkspace) -> Workspace:
     return make_workspace()
+
+
+#: Answers a request itself, or returns None to let it through to the real server.
+Intercept = Callable[[httpx.Request], httpx.Response | None]
+Proxy = Callable[[Intercept], httpx.MockTransport]
+
+
+@pytest.fixture
+def proxy() -> Iterator[Proxy]:
+    """Transports in front of the real server: for server behaviour ours does not show."""
+    with httpx.Client() as upstream:
+
+        def make(intercept: Intercept) -> httpx.MockTransport:
+            def handle(request: httpx.Request) -> httpx.Response:
+                answer = intercept(request)
+                if answer is not None:
+                    return answer
+                forwarded = upstream.send(
+                    upstream.build_request(
+                        request.method, request.url, headers=request.headers, content=request.read()
+                    )
+                )
+                return httpx.Response(
+                    forwarded.status_code, headers=forwarded.headers, content=forwarded.content
+                )
+
+            return httpx.MockTransport(handle)
+
+        yield make

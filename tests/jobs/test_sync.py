@@ -17,7 +17,7 @@ from connector.errors import ConfigError
 from connector.jobs.config import load_job
 from connector.jobs.runner import RunSummary, TableResult, run_job
 from connector.jobs.state import load_state
-from tests.jobs.conftest import MakeWorkspace, Workspace, person
+from tests.jobs.conftest import MakeWorkspace, Proxy, Workspace, person
 
 BOTH = """
 [[destination]]
@@ -255,31 +255,22 @@ def test_a_dry_run_reads_counts_and_writes_nothing(workspace: Workspace, tmp_pat
 
 
 def test_incremental_falls_back_to_a_sorted_read_where_updated_at_filters_are_refused(
-    workspace: Workspace, tmp_path: Path
+    workspace: Workspace, proxy: Proxy, tmp_path: Path
 ) -> None:
     """A server that answers 400 to filters on updated_at (the API leaves them open)."""
-    upstream = httpx.Client()
 
-    def refuse_updated_at(request: httpx.Request) -> httpx.Response:
+    def refuse_updated_at(request: httpx.Request) -> httpx.Response | None:
         if "updated_at" in request.url.params.get("filter", ""):
             body = {"error": {"code": "VALIDATION_ERROR", "message": "no", "field": "updated_at"}}
             return httpx.Response(400, json=body)
-        forwarded = upstream.send(
-            upstream.build_request(
-                request.method, request.url, headers=request.headers, content=request.read()
-            )
-        )
-        return httpx.Response(
-            forwarded.status_code, headers=forwarded.headers, content=forwarded.content
-        )
+        return None
 
     job = workspace.job(INCREMENTAL + '[[destination]]\nparquet = "pq"\n')
-    transport = httpx.MockTransport(refuse_updated_at)
+    transport = proxy(refuse_updated_at)
     workspace.run(job, transport=transport)
     change_people(workspace)
 
     summary = workspace.run(job, transport=transport)
-    upstream.close()
 
     people = result(summary, "People")
     assert (people.read, people.rows_read, people.rows_deleted) == ("incremental", 2, 1)
@@ -302,16 +293,15 @@ def test_a_schema_change_forces_a_full_reread(
 
 
 def test_a_change_made_during_a_read_is_picked_up_by_the_next_run(
-    make_workspace: MakeWorkspace, tmp_path: Path
+    make_workspace: MakeWorkspace, proxy: Proxy, tmp_path: Path
 ) -> None:
     """Row P010 is changed after the read passed it, then P250 (read later, newer): the cursor
     must not jump past P010's change."""
     ws = make_workspace(people=300)
     ids = ids_by_name(ws)
-    upstream = httpx.Client(headers={"Authorization": f"Bearer {ws.server.api_key}"})
     changed = False
 
-    def change_mid_read(request: httpx.Request) -> httpx.Response:
+    def change_mid_read(request: httpx.Request) -> None:
         nonlocal changed
         params = request.url.params
         if (
@@ -321,24 +311,15 @@ def test_a_change_made_during_a_read_is_picked_up_by_the_next_run(
         ):
             changed = True
             for name, score in (("P010", 1010), ("P250", 1250)):
-                url = f"{ws.server.base_url}/tables/{ws.people}/rows/{ids[name]}"
-                upstream.patch(url, json={"fields": {"Score": score}}).raise_for_status()
-        forwarded = upstream.send(
-            upstream.build_request(
-                request.method, request.url, headers=request.headers, content=request.read()
-            )
-        )
-        return httpx.Response(
-            forwarded.status_code, headers=forwarded.headers, content=forwarded.content
-        )
+                path = f"/tables/{ws.people}/rows/{ids[name]}"
+                ws.api("PATCH", path, json={"fields": {"Score": score}})
 
     job = ws.job(INCREMENTAL + '[tables]\ninclude = ["People"]\n[[destination]]\nparquet = "pq"\n')
     job.write_text(job.read_text().replace("page_size = 50\n", "page_size = 50\nconcurrency = 1\n"))
-    ws.run(job, transport=httpx.MockTransport(change_mid_read))
+    ws.run(job, transport=proxy(change_mid_read))
     assert changed
 
     summary = ws.run(job)
-    upstream.close()
 
     assert result(summary, "People").rows_read == 2
     scores = parquet_people(tmp_path / "pq")["Score"]
