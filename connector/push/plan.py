@@ -310,7 +310,7 @@ def _updates(
     new = {n: wire_values(sub[n], table.column(n)) for n in values}
     old = {n: wire_values(sub[f"{n}__live"], table.column(n)) for n in values}
     ids = sub[row_id].tolist()
-    stamps = sub[updated_at].astype(object).where(sub[updated_at].notna(), None).tolist()
+    stamps = _stamps(sub[updated_at])
     positions = sub["__pos"].astype(int).to_numpy()
     updates = []
     for i in range(len(idx)):
@@ -320,7 +320,7 @@ def _updates(
             id=str(ids[i]),
             fields={n: new[n][i] for n in names},
             old={n: old[n][i] for n in names},
-            updated_at=cast(str | None, stamps[i]),
+            updated_at=stamps[i],
         ))
     updates.sort(key=lambda u: u.row)
     return tuple(updates)
@@ -339,10 +339,15 @@ def _deletes(
             dict(zip(key, cells, strict=True))
             for cells in zip(*(wire_values(gone[k], table.column(k)) for k in key), strict=True)
         ]
-    stamps = gone[updated_at].astype(object).where(gone[updated_at].notna(), None).tolist()
+    stamps = _stamps(gone[updated_at])
     return tuple(
         Delete(str(i), k, s) for i, k, s in zip(gone[row_id].tolist(), keys, stamps, strict=True)
     )
+
+
+def _stamps(updated_at: pd.Series[Any]) -> list[str | None]:
+    """The ``updated_at`` a plan expects of each row (None where the server sent none)."""
+    return cast(list[str | None], updated_at.astype(object).where(updated_at.notna(), None).tolist())
 
 
 def canonical_keys(table: Table, key: Key, records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
