@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, cast
 
+from connector.api import MAX_PAGE_SIZE
 from connector.errors import ConfigError
 
 __all__ = [
@@ -324,7 +325,7 @@ class _Parser:
             base_url=base_url.rstrip("/") if base_url else None,
             base_url_env=base_url_env,
             api_key_env=key_env,
-            page_size=section.integer("page_size", 100, low=1, high=1000),
+            page_size=section.integer("page_size", 100, low=2, high=MAX_PAGE_SIZE),  # reads overlap a row
             concurrency=section.integer("concurrency", 4, low=1, high=32),
         )
         section.done()

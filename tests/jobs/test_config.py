@@ -121,8 +121,13 @@ BAD_CONFIGS = [
     ),
     pytest.param(
         GOOD_SOURCE.replace("]\n", "]\npage_size = 5000\n", 1) + PARQUET,
-        "source.page_size: must be an integer from 1 to 1000",
+        "source.page_size: must be an integer from 2 to 1000",
         id="page-size-too-big",
+    ),
+    pytest.param(  # extraction pages overlap by one row: a page of one could never advance
+        GOOD_SOURCE.replace("]\n", "]\npage_size = 1\n", 1) + PARQUET,
+        "source.page_size: must be an integer from 2 to 1000",
+        id="page-size-too-small",
     ),
     pytest.param(
         GOOD_SOURCE + PARQUET + "[sync]\nincremental = 'yes'\n",
