@@ -51,9 +51,10 @@ class Workspace:
     def environ(self) -> dict[str, str]:
         return {"CONNECTOR_BASE_URL": self.server.base_url, "JOB_KEY": self.server.api_key}
 
-    def job(self, body: str, name: str = "job") -> Path:
+    def job(self, body: str, name: str = "job", *, concurrency: int = 4) -> Path:
+        """A job file on this server; `concurrency=1` makes a read's pace predictable."""
         path = self.directory / f"{name}.toml"
-        header = '[source]\napi_key_env = "JOB_KEY"\npage_size = 50\n'
+        header = f'[source]\napi_key_env = "JOB_KEY"\npage_size = 50\nconcurrency = {concurrency}\n'
         path.write_text(header + textwrap.dedent(body))
         return path
 

@@ -97,8 +97,7 @@ def test_state_dir_option_moves_state_and_lock(workspace: Workspace, tmp_path: P
 
 def test_two_runs_of_one_job_never_overlap(make_workspace: MakeWorkspace, tmp_path: Path) -> None:
     ws = make_workspace(people=600, latency_ms=50)
-    job = ws.job(PARQUET)
-    job.write_text(job.read_text().replace("page_size = 50\n", "page_size = 50\nconcurrency = 1\n"))
+    job = ws.job(PARQUET, concurrency=1)
     first = cli(ws, "sync", str(job))
     wait_for_lock_holder(tmp_path / "job.lock")
 
@@ -122,8 +121,7 @@ def test_kill_9_mid_sync_leaves_state_and_outputs_then_a_rerun_is_correct(
     make_workspace: MakeWorkspace, tmp_path: Path
 ) -> None:
     ws = make_workspace(people=50, latency_ms=40)
-    job = ws.job("[sync]\nincremental = true\n" + PARQUET)
-    job.write_text(job.read_text().replace("page_size = 50\n", "page_size = 50\nconcurrency = 1\n"))
+    job = ws.job("[sync]\nincremental = true\n" + PARQUET, concurrency=1)
     assert ws.run(job).status == "ok"
     state_before = (tmp_path / "job.state.json").read_bytes()
     parquet_before = (tmp_path / "pq" / "People.parquet").read_bytes()
@@ -153,8 +151,7 @@ def test_kill_9_mid_sync_leaves_state_and_outputs_then_a_rerun_is_correct(
 def test_sigterm_mid_sync_stops_cleanly(make_workspace: MakeWorkspace, tmp_path: Path) -> None:
     """What systemd or Airflow send to stop a job: no temp files left, state untouched."""
     ws = make_workspace(people=1000, latency_ms=40)
-    job = ws.job(PARQUET)
-    job.write_text(job.read_text().replace("page_size = 50\n", "page_size = 50\nconcurrency = 1\n"))
+    job = ws.job(PARQUET, concurrency=1)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     env = {**os.environ, **ws.environ, "TMPDIR": str(scratch)}

@@ -314,8 +314,8 @@ def test_a_change_made_during_a_read_is_picked_up_by_the_next_run(
                 path = f"/tables/{ws.people}/rows/{ids[name]}"
                 ws.api("PATCH", path, json={"fields": {"Score": score}})
 
-    job = ws.job(INCREMENTAL + '[tables]\ninclude = ["People"]\n[[destination]]\nparquet = "pq"\n')
-    job.write_text(job.read_text().replace("page_size = 50\n", "page_size = 50\nconcurrency = 1\n"))
+    only_people = '[tables]\ninclude = ["People"]\n[[destination]]\nparquet = "pq"\n'
+    job = ws.job(INCREMENTAL + only_people, concurrency=1)
     ws.run(job, transport=proxy(change_mid_read))
     assert changed
 
