@@ -160,14 +160,23 @@ def schema(table: str, base_url: str | None, as_json: bool) -> None:
     "--rejects", type=click.Path(dir_okay=False, path_type=Path),
     help="CSV for rows the server rejects [default FILE.rejects.csv, only when there are any].",
 )
-@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Write requests in flight at once (under the shared rate limiter).")
 @_base_url_option
 def push_command(
     file: Path, table: str, key: str, mode: str, sheet: str | None, dry_run: bool,
     plan_out: Path | None, max_delete_ratio: float | None, allow_delete: int | None,
     rejects: Path | None, concurrency: int, base_url: str | None,
 ) -> None:
-    """Make TABLE match FILE (CSV, .xlsx or Parquet) by --key: validate, plan, apply."""
+    """Make TABLE match FILE (CSV, .xlsx or Parquet) by --key: validate, plan, apply.
+
+    Every problem in FILE is reported (spreadsheet row, column, value) before any write. The
+    API key is read from CONNECTOR_API_KEY.
+
+    Exit codes: 0 done · 1 invalid FILE or a failed push (an invalid FILE writes nothing) ·
+    2 bad usage, or a mirror stopped by its delete guard · 3 rows rejected by the server
+    (written to --rejects).
+    """
     from connector.api import Client
     from connector.push import push
     from connector.push.plan import check_delete_guard
@@ -195,10 +204,15 @@ def push_command(
     "--rejects", type=click.Path(dir_okay=False, path_type=Path),
     help="CSV for rows the server rejects [default PLAN.rejects.csv, only when there are any].",
 )
-@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Write requests in flight at once (under the shared rate limiter).")
 @_base_url_option
 def apply_command(plan: Path, rejects: Path | None, concurrency: int, base_url: str | None) -> None:
-    """Apply a plan saved by `push --plan-out`; refuses if the rows it touches changed since."""
+    """Apply a plan saved by `push --plan-out`; refuses if the rows it touches changed since.
+
+    Exit codes: 0 done · 1 the rows changed since the plan (nothing written) or the apply
+    failed · 2 not a plan file, or bad usage · 3 rows rejected by the server (see --rejects).
+    """
     from connector.api import Client
     from connector.push import apply
     from connector.push.report import describe_result

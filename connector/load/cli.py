@@ -43,12 +43,19 @@ def _shared(command: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Directory for the files (one per table, replaced atomically).")
 @click.option("--format", "fmt", type=click.Choice(["parquet", "csv"]), default="parquet",
-              show_default=True)
+              show_default=True, help="parquet keeps every column type; csv is plain text.")
 @_shared
 @click.pass_context
 def export(ctx: click.Context, out_dir: Path, fmt: str, tables: tuple[str, ...],
            page_size: int, base_url: str | None, as_json: bool) -> None:
-    """Export tables to Parquet or CSV files in a directory."""
+    """Export tables to Parquet or CSV files in a directory.
+
+    One <table name>.parquet (or .csv) per table, written aside and renamed into place, so
+    a failed export leaves the previous file. The API key is read from CONNECTOR_API_KEY.
+
+    Exit codes: 0 every table exported · 1 a table failed · 2 bad usage or configuration ·
+    3 partial (a table the key may not read was skipped).
+    """
     writer = write_parquet if fmt == "parquet" else write_csv
     taken: set[Path] = set()
 
@@ -71,7 +78,14 @@ def export(ctx: click.Context, out_dir: Path, fmt: str, tables: tuple[str, ...],
 @click.pass_context
 def load(ctx: click.Context, url: str, mode: sql.Mode, tables: tuple[str, ...],
          page_size: int, base_url: str | None, as_json: bool) -> None:
-    """Load tables into a SQL database, one SQL table per table."""
+    """Load tables into a SQL database, one SQL table per table.
+
+    replace swaps each table in within one transaction, so readers never see it partial or
+    empty. The API key is read from CONNECTOR_API_KEY.
+
+    Exit codes: 0 every table loaded · 1 a table failed · 2 bad usage or configuration ·
+    3 partial (a table the key may not read was skipped).
+    """
     engine = sql.connect(url)
     try:
         def write(table: Table, batches: Iterable[pa.RecordBatch], _: pa.Schema) -> tuple[int, str]:
