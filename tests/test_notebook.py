@@ -32,11 +32,10 @@ def test_the_analysis_notebook_runs_against_the_demo_workspace(
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     escalated_before = _escalated(server)
 
-    # "python3" is ipykernel's own kernel: it runs on this interpreter (the venv's python).
     NotebookClient(
         notebook,
         timeout=120,
-        kernel_name="python3",
+        kernel_name=_this_python_kernel(tmp_path, monkeypatch),
         resources={"metadata": {"path": str(tmp_path)}},
     ).execute()
 
