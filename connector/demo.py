@@ -154,7 +154,8 @@ def _summary(first: RunSummary, second: RunSummary, out: Path, root: Path, secon
 def _server(key: str, out: Path) -> Iterator[str]:
     """`connector serve --demo` on a free port, with `key` registered; stopped on exit."""
     port = _free_port()
-    log = (out / "server.log").open("wb")
+    log_path = out / "server.log"
+    log = log_path.open("wb")
     env = {**os.environ, "CONNECTOR_DEMO_KEY": key}
     argv = [sys.executable, "-m", "connector", "serve", "--demo", "--port", str(port),
             "--db", str(out / "workspace.db")]  # fmt: skip
@@ -164,7 +165,7 @@ def _server(key: str, out: Path) -> Iterator[str]:
         print(
             f"== 0. Reference server with the demo workspace\n$ connector serve --demo --port {port}"
         )
-        _wait_until_up(proc, base_url, key)
+        _wait_until_up(proc, base_url, key, log_path)
         yield base_url
     finally:
         proc.terminate()
@@ -176,12 +177,12 @@ def _server(key: str, out: Path) -> Iterator[str]:
         log.close()
 
 
-def _wait_until_up(proc: subprocess.Popen[bytes], base_url: str, key: str) -> None:
+def _wait_until_up(proc: subprocess.Popen[bytes], base_url: str, key: str, log: Path) -> None:
     deadline = time.monotonic() + STARTUP_TIMEOUT
     headers = {"Authorization": f"Bearer {key}"}
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"the server exited ({proc.returncode}); see demo-out/server.log")
+            raise SystemExit(f"the server exited ({proc.returncode}); see {log}")
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"{base_url}/tables", headers=headers, timeout=1.0).status_code == 200:
                 return
