@@ -19,7 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -252,7 +252,7 @@ class _Sync:
             raise
         except ConnectorError as exc:
             result = TableResult(table.name, table.id, "failed", error=str(exc))
-        result = TableResult(**{**asdict(result), "seconds": round(time.monotonic() - began, 3)})
+        result = replace(result, seconds=round(time.monotonic() - began, 3))
         self.emit("table", **asdict(result))
         return result
 
@@ -283,7 +283,9 @@ class _Sync:
                 spool.extend(self._read(table, filter))
                 cursor = newest or spool.cursor or EPOCH
             spool.close()
-            return self._write(table, filter, sinks, spool, cursor, incremental=incremental)
+            return self._write(
+                table, filter, sinks, spool, cursor, fingerprint, incremental=incremental
+            )
         finally:
             spool.discard()
 
@@ -294,6 +296,7 @@ class _Sync:
         sinks: list[Sink],
         spool: _Spool,
         cursor: str,
+        fingerprint: str,
         *,
         incremental: bool,
     ) -> TableResult:
@@ -318,7 +321,7 @@ class _Sync:
                 name=table.name,
                 cursor=cursor if job.incremental else None,
                 rows=len(held[0] - deleted[0]) if held else spool.rows,
-                schema=_fingerprint(table, filter),
+                schema=fingerprint,
                 synced_at=_now(),
             )
         )
