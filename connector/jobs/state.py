@@ -17,7 +17,7 @@ from typing import Any
 from connector.errors import ConfigError
 from connector.load.atomic import atomic_path
 
-__all__ = ["STATE_VERSION", "JobState", "RunRecord", "TableState", "load_state", "save_state"]
+__all__ = ["JobState", "RunRecord", "TableState", "load_state", "save_state"]
 
 STATE_VERSION = 1
 

@@ -30,7 +30,7 @@ from connector.errors import ConfigError, DestinationError
 from connector.load.csv import as_text
 from connector.schema import Column, Table, arrow_schema
 
-__all__ = ["MODES", "Mode", "connect", "delete_ids", "load_table", "sql_table"]
+__all__ = ["MODES", "Mode", "connect", "delete_ids", "load_table"]
 
 Mode = Literal["replace", "append", "merge"]
 MODES: tuple[str, ...] = get_args(Mode)
@@ -65,7 +65,7 @@ def load_table(
     with _engine(engine_or_url) as engine, _failures(engine, f"loading table {name!r}"):
         if mode == "merge" and engine.dialect.name not in ("postgresql", "sqlite"):
             raise ConfigError(f"merge is supported on PostgreSQL and SQLite, not {engine.dialect.name}")
-        target = sql_table(table, schema, name)
+        target = _sql_table(table, schema, name)
         _check_identifiers(engine, target)
         with _transaction(engine) as conn:
             if mode == "replace":
@@ -84,7 +84,7 @@ def delete_ids(
 ) -> int:
     """Delete the rows with these row ids from the SQL table (a missing table has none)."""
     name = name or table.name
-    target = sql_table(table, arrow_schema(table, columns=[]), name)
+    target = _sql_table(table, arrow_schema(table, columns=[]), name)
     with (
         _engine(engine_or_url) as engine,
         _failures(engine, f"deleting rows of table {name!r}"),
@@ -95,7 +95,7 @@ def delete_ids(
         return _delete(conn, target, ids)
 
 
-def sql_table(table: Table, schema: pa.Schema, name: str) -> sa.Table:
+def _sql_table(table: Table, schema: pa.Schema, name: str) -> sa.Table:
     """The SQLAlchemy table for the Arrow `schema` of `table`'s rows: ``_id`` is the key."""
     system = {frame_name: attr for attr, frame_name in table.system_names().items()}
     columns = []
