@@ -142,10 +142,11 @@ def run_job(
         error: str | None = None
         try:
             with Client(base_url, key, transport=transport) as client:
+                run = _Sync(job, client, state, dry_run, emit) if job.destinations else None
+                chosen = run.choose() if run else None  # a bad filter stops even the pushes
                 pushes = [_push(client, spec, dry_run, emit) for spec in job.pushes]
-                if job.destinations:
-                    run = _Sync(job, client, state, dry_run, emit)
-                    tables = run.all_tables()
+                if run is not None and chosen is not None:
+                    tables = run.all_tables(chosen)
                     state = run.state
         except ConfigError:
             raise
@@ -193,6 +194,14 @@ def _outcome(
     return "ok", EXIT_OK
 
 
+@dataclass
+class _Chosen:
+    """What a run will sync: tables with their filters, and those already skipped or failed."""
+
+    results: list[TableResult]
+    tables: list[tuple[Table, dict[str, dict[str, Any]]]] = field(default_factory=list)
+
+
 class _Sync:
     """The sync half of a run; `state` is advanced table by table, after each commit."""
 
@@ -205,29 +214,40 @@ class _Sync:
         self.dry_run = dry_run
         self.emit = emit
 
-    def all_tables(self) -> list[TableResult]:
+    def choose(self) -> _Chosen:
+        """The tables to sync, with their filters checked against their columns.
+
+        Runs before any write, so a filter naming a missing column is a ConfigError that
+        leaves every destination (and every pushed table) as it was.
+        """
         selection = self.job.tables
         summaries = self.client.list_tables()
-        results = [
-            TableResult(name, "", "skipped", error="no such table, or the key may not read it")
-            for name in selection.include or ()
-            if not any(name in (s.id, s.name) for s in summaries)
-        ]
-        schemas: list[Table] = []
+        chosen = _Chosen(
+            [
+                TableResult(name, "", "skipped", error="no such table, or the key may not read it")
+                for name in selection.include or ()
+                if not any(name in (s.id, s.name) for s in summaries)
+            ]
+        )
         for summary in (s for s in summaries if selection.wants(s.id, s.name)):
             try:
-                schemas.append(self.client.get_table(summary.id))
+                table = self.client.get_table(summary.id)
             except ConnectorError as exc:
                 status: Status = "skipped" if isinstance(exc, PermissionDenied) else "failed"
-                results.append(TableResult(summary.name, summary.id, status, error=str(exc)))
-                self.emit("table", **asdict(results[-1]))
-        filters = {t.id: self._filter(t) for t in schemas}  # bad filters fail before any write
+                chosen.results.append(TableResult(summary.name, summary.id, status, error=str(exc)))
+                self.emit("table", **asdict(chosen.results[-1]))
+            else:
+                chosen.tables.append((table, self._filter(table)))
+        return chosen
+
+    def all_tables(self, chosen: _Chosen) -> list[TableResult]:
+        results = list(chosen.results)
         with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="connector-sync-") as tmp:
             sinks = [open_sink(d) for d in self.job.destinations]
             for sink in sinks:
                 stack.callback(sink.close)
-            for table in schemas:
-                results.append(self.one_table(table, filters[table.id], sinks, Path(tmp)))
+            for table, filter in chosen.tables:
+                results.append(self.one_table(table, filter, sinks, Path(tmp)))
         return results
 
     def _filter(self, table: Table) -> dict[str, dict[str, Any]]:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from connector.errors import ConfigError
 from tests.jobs.conftest import Workspace
 
 PUSH = '[[push]]\nfile = "people.csv"\ntable = "People"\nkey = "Name"\n'
@@ -49,3 +52,19 @@ def test_a_bad_spreadsheet_fails_the_push_and_writes_nothing(
     assert (summary.status, summary.exit_code, push.status) == ("failed", 1, "failed")
     assert push.error is not None and "Score" in push.error and "lots" in push.error
     assert names_and_scores(workspace)["P001"] == 1.0
+
+
+def test_a_bad_sync_filter_stops_the_job_before_its_push_writes(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    (tmp_path / "people.csv").write_text("Name,Score\nP001,41\n")
+    job = workspace.job(
+        PUSH + '[tables.filter]\nPeople = { Colour = { eq = "x" } }\n'
+        '[[destination]]\nparquet = "pq"\n'
+    )
+
+    with pytest.raises(ConfigError, match=r"tables\.filter\.People\.Colour: .*no column 'Colour'"):
+        workspace.run(job)
+
+    assert names_and_scores(workspace)["P001"] == 1.0  # the push wrote nothing
+    assert not (tmp_path / "pq").exists()
