@@ -8,6 +8,7 @@ adds what only a sync asks: the ids a destination holds, appends to Parquet, and
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Collection, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,7 +22,7 @@ import sqlalchemy as sa
 from connector.errors import DestinationError
 from connector.jobs.config import Destination, WriteMode
 from connector.load.parquet import merge_parquet, write_parquet
-from connector.load.sql import connect, load_table
+from connector.load.sql import DELETE_CHUNK, connect, load_table
 from connector.load.transfer import file_name
 from connector.schema import Table
 
@@ -109,10 +110,10 @@ class ParquetSink:
             if _has_marks(path):  # keep the marks of earlier runs
                 schema = _with_deleted_at(schema)
             if mode == "append":
-                return write_parquet(_chain(self._old(path), batches), schema, path)
+                return write_parquet(itertools.chain(self._old(path), batches), schema, path)
             if mark and deleted:
                 schema = _with_deleted_at(schema)
-                batches = _chain(batches, self._marked(path, table, schema, deleted))
+                batches = itertools.chain(batches, self._marked(path, table, schema, deleted))
                 deleted = ()
             return merge_parquet(batches, schema, path, deleted_ids=deleted)
         except (OSError, pa.ArrowException) as exc:
@@ -250,11 +251,6 @@ def _has_marks(path: Path) -> bool:
     return path.is_file() and DELETED_AT in pq.read_schema(path).names
 
 
-def _chain(*parts: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    for part in parts:
-        yield from part
-
-
-def _chunks(items: list[str], size: int = 500) -> Iterator[list[str]]:
+def _chunks(items: list[str], size: int = DELETE_CHUNK) -> Iterator[list[str]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
