@@ -23,6 +23,7 @@ import pandas as pd
 
 from connector.api import AsyncClient, Client
 from connector.errors import ConfigError
+from connector.load.atomic import atomic_path
 from connector.progress import progress as progress_bar
 from connector.push.apply import (
     DEFAULT_CONCURRENCY,
@@ -202,9 +203,9 @@ def _check_concurrency(concurrency: int) -> None:
 
 
 def _write_plan(path: Path, plan: Plan) -> None:
-    aside = path.with_name(path.name + ".partial")
-    aside.write_bytes(plan.to_json())
-    aside.replace(path)
+    """Written aside and renamed into place: `connector apply` never reads half a plan."""
+    with atomic_path(path) as temp:
+        temp.write_bytes(plan.to_json())
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:

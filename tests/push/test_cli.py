@@ -147,3 +147,17 @@ def test_a_read_only_key_fails_cleanly_without_writing(server: RunningServer, tm
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert "may not change" in result.output and key not in result.output
     assert rows(server, table_id) == {"s0": 0}
+
+
+def test_a_plan_that_cannot_be_saved_is_a_clean_error(server: RunningServer, tmp_path: Path) -> None:
+    stock(server, "unsaved", 1)
+    source = tmp_path / "stock.csv"
+    source.write_text("Sku,Qty\ns0,3\n", encoding="utf-8")
+    (tmp_path / "a-file").write_text("")
+    plan = tmp_path / "a-file" / "plan.json"  # its directory is a file
+
+    result = run(server, "push", str(source), "--table", "unsaved", "--key", "Sku",
+                 "--plan-out", str(plan))
+
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert f"cannot write {plan}" in result.output
