@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from connector.api import MAX_BULK_ROWS, AsyncClient, Client
 from connector.errors import ApiValidationError, NotFound, ServerError, TransportError
+from connector.load.atomic import atomic_path
 from connector.progress import Progress
 from connector.push.live import Live, read_live_async
 from connector.push.plan import Counts, Create, Plan, Update, canonical_keys
@@ -240,15 +241,12 @@ class _Run:
 
 def write_rejects(path: str | Path, rejected: Sequence[Rejected], columns: Sequence[str]) -> None:
     """Rejected rows as CSV (UTF-8): source row, row id, column at fault, error, then cells."""
-    target = Path(path)
-    aside = target.with_name(target.name + ".partial")
-    with aside.open("w", newline="", encoding="utf-8") as out:
+    with atomic_path(path) as temp, temp.open("w", newline="", encoding="utf-8") as out:
         writer = csv.writer(out)
         writer.writerow(["row", "id", "column", "error", *columns])
         for r in rejected:
             cells = ["" if r.fields.get(c) is None else r.fields[c] for c in columns]
             writer.writerow([r.row or "", r.id or "", r.column or "", r.message, *cells])
-    aside.replace(target)
 
 
 async def _all(steps: Iterable[Coroutine[Any, Any, None]]) -> None:
