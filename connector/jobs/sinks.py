@@ -54,7 +54,12 @@ class Sink(Protocol):
         deleted: Collection[str] = (),
         mark: bool = False,
     ) -> int:
-        """Write in `mode`; with merge also remove (or mark) `deleted`, all in one commit."""
+        """Write in `mode`; with merge also remove (or, with `mark`, stamp) `deleted`.
+
+        Rows and removals commit together. A SQL destination stamps marks in a second
+        transaction: a crash between the two leaves the job's state where it was, so the
+        next run reads the changes again and stamps them then.
+        """
 
     def close(self) -> None:
         """Release connections."""
