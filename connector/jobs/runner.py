@@ -144,7 +144,7 @@ def run_job(
             with Client(base_url, key, transport=transport) as client:
                 run = _Sync(job, client, state, dry_run, emit) if job.destinations else None
                 chosen = run.choose() if run else None  # a bad filter stops even the pushes
-                pushes = [_push(client, spec, dry_run, emit) for spec in job.pushes]
+                pushes = [_push(client, job, spec, dry_run, emit) for spec in job.pushes]
                 if run is not None and chosen is not None:
                     tables = run.all_tables(chosen)
                     state = run.state
@@ -522,7 +522,7 @@ class _Spool:
                 yield batch
 
 
-def _push(client: Client, spec: PushSpec, dry_run: bool, emit: Reporter) -> PushResult:
+def _push(client: Client, job: Job, spec: PushSpec, dry_run: bool, emit: Reporter) -> PushResult:
     from connector.push import push  # pandas-heavy; only jobs that push pay for it
     from connector.push.report import describe_plan
 
@@ -537,8 +537,8 @@ def _push(client: Client, spec: PushSpec, dry_run: bool, emit: Reporter) -> Push
             dry_run=dry_run,
             progress=False,
         )
-    except ConfigError:
-        raise
+    except ConfigError as exc:  # the table or key does not fit: name the job's key at fault
+        raise type(exc)(f"{job.path}: {spec.where}: {exc}") from None
     except ConnectorError as exc:  # invalid spreadsheet (nothing written), API failure
         out = PushResult(str(spec.file), spec.table, "failed", error=str(exc))
     else:

@@ -68,3 +68,16 @@ def test_a_bad_sync_filter_stops_the_job_before_its_push_writes(
 
     assert names_and_scores(workspace)["P001"] == 1.0  # the push wrote nothing
     assert not (tmp_path / "pq").exists()
+
+
+def test_a_push_key_the_table_lacks_is_a_config_error_naming_the_job_and_push(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    (tmp_path / "people.csv").write_text("Name,Score\nP001,41\n")
+    job = workspace.job(PUSH.replace('key = "Name"', 'key = "Nickname"'))
+
+    with pytest.raises(ConfigError, match=r"job\.toml: push\[0\]: .*Nickname") as caught:
+        workspace.run(job)
+
+    assert str(caught.value).startswith(f"{job}: push[0]: ")
+    assert names_and_scores(workspace)["P001"] == 1.0
