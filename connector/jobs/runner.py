@@ -464,15 +464,22 @@ class _Sync:
     def _plan(
         self, table: Table, filter: dict[str, dict[str, Any]], previous: TableState | None
     ) -> TableResult:
-        """Dry run: how many rows a real run would read, and how."""
+        """Dry run: how many rows a real run would read, and how.
+
+        Where the server refuses the ``updated_at`` filter, the real run reads newest first
+        and stops at the cursor: the rows matching the job's filter are then the upper bound.
+        """
+        everything = filter or None
         if previous is not None and previous.cursor is not None:
             changed = {**filter, "updated_at": {"gt": previous.cursor}}
             try:
                 total = self.client.list_rows(table.id, limit=1, filter=changed).total
             except (BadRequest, ApiValidationError):
-                total = None
+                note = "updated_at filter refused: counting every row, an upper bound"
+                self.emit("note", table=table.name, note=note)
+                total = self.client.list_rows(table.id, limit=1, filter=everything).total
             return TableResult(table.name, table.id, "planned", "incremental", rows_read=total or 0)
-        total = self.client.list_rows(table.id, limit=1, filter=filter or None).total
+        total = self.client.list_rows(table.id, limit=1, filter=everything).total
         return TableResult(table.name, table.id, "planned", "full", rows_read=total or 0)
 
 

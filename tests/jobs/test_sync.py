@@ -254,19 +254,21 @@ def test_a_dry_run_reads_counts_and_writes_nothing(workspace: Workspace, tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job.toml"]
 
 
+def _refused_on_updated_at(request: httpx.Request) -> httpx.Response | None:
+    """What a server that does not filter on updated_at answers (the API leaves it open)."""
+    if "updated_at" in request.url.params.get("filter", ""):
+        body = {"error": {"code": "VALIDATION_ERROR", "message": "no", "field": "updated_at"}}
+        return httpx.Response(400, json=body)
+    return None
+
+
 def test_incremental_falls_back_to_a_sorted_read_where_updated_at_filters_are_refused(
     workspace: Workspace, proxy: Proxy, tmp_path: Path
 ) -> None:
     """A server that answers 400 to filters on updated_at (the API leaves them open)."""
 
-    def refuse_updated_at(request: httpx.Request) -> httpx.Response | None:
-        if "updated_at" in request.url.params.get("filter", ""):
-            body = {"error": {"code": "VALIDATION_ERROR", "message": "no", "field": "updated_at"}}
-            return httpx.Response(400, json=body)
-        return None
-
     job = workspace.job(INCREMENTAL + '[[destination]]\nparquet = "pq"\n')
-    transport = proxy(refuse_updated_at)
+    transport = proxy(_refused_on_updated_at)
     workspace.run(job, transport=transport)
     change_people(workspace)
 
@@ -275,6 +277,27 @@ def test_incremental_falls_back_to_a_sorted_read_where_updated_at_filters_are_re
     people = result(summary, "People")
     assert (people.read, people.rows_read, people.rows_deleted) == ("incremental", 2, 1)
     assert list(parquet_people(tmp_path / "pq").index) == EXPECTED_AFTER_CHANGES
+
+
+def test_a_dry_run_where_updated_at_filters_are_refused_counts_an_upper_bound(
+    workspace: Workspace, proxy: Proxy
+) -> None:
+    """Not 0: the real run would read the changed rows by a sorted read."""
+    transport = proxy(_refused_on_updated_at)
+    job = workspace.job(INCREMENTAL + '[tables]\ninclude = ["People"]\n' + BOTH)
+    workspace.run(job, transport=transport)
+    change_people(workspace)
+    notes: list[dict[str, Any]] = []
+
+    def report(event: str, **fields: Any) -> None:
+        if event == "note":
+            notes.append(fields)
+
+    summary = workspace.run(job, transport=transport, dry_run=True, report=report)
+
+    people = result(summary, "People")
+    assert (people.status, people.read, people.rows_read) == ("planned", "incremental", 10)
+    assert [n["table"] for n in notes] == ["People"]
 
 
 def test_a_schema_change_forces_a_full_reread(
