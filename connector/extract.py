@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import operator
 import queue
 import threading
 import warnings
@@ -45,9 +46,11 @@ from array import array
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -66,6 +69,7 @@ __all__ = [
     "Extraction",
     "ExtractionError",
     "read_batches",
+    "string_array",
 ]
 
 #: Pages in flight at once after the first.
@@ -628,9 +632,13 @@ class _Caster:
         arrow_type = column.arrow_type
         try:  # the fast path: the cells already have the column's JSON type
             if kind == "date":
-                return pa.array(_blank_is_null(values), pa.string()).cast(arrow_type)
+                return string_array(_blank_is_null(values)).cast(arrow_type)
             if kind == "text":
-                return pa.array(_blank_is_null(values), arrow_type)
+                return string_array(_blank_is_null(values))
+            if kind == "number":
+                return _floats(values)
+            if kind == "checkbox":
+                return _booleans(values)
             return pa.array(values, arrow_type, from_pandas=True)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
             pass
@@ -651,6 +659,71 @@ class _Caster:
                 stacklevel=2,
             )
         return pa.array(parsed, arrow_type, from_pandas=True)
+
+
+# Arrays are built from buffers, not with `pa.array`: its first conversion from Python objects
+# makes pyarrow import pandas (~37 MB), which an export to a file never needs otherwise.
+
+
+def string_array(values: Sequence[Any]) -> pa.Array:
+    """Strings and Nones as a string array (without `pa.array`, see above); TypeError for
+    any other value."""
+    valid = _not_none(values)
+    texts = values if valid is None else ["" if v is None else v for v in values]
+    joined = "".join(texts)
+    if joined.isascii():  # then a string's length is its UTF-8 length: no encoding one by one
+        data, lengths = joined.encode("ascii"), map(len, texts)
+    else:
+        encoded = [t.encode() for t in texts]
+        data, lengths = b"".join(encoded), map(len, encoded)
+    offsets = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(lengths, np.int64, len(values)), out=offsets[1:])
+    if offsets[-1] >= 2**31:
+        raise OverflowError("more than 2 GiB of text in one batch")
+    buffers = [pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
+    return _from_buffers(pa.string(), valid, len(values), buffers)
+
+
+def _floats(values: list[Any]) -> pa.Array:
+    """JSON numbers and Nones as a float64 array; TypeError for any other value."""
+    if not set(map(type, values)) <= {float, int, type(None)}:
+        raise TypeError("not all numbers")
+    numbers = np.array(values, np.float64)  # None becomes NaN, which JSON cannot send
+    nan = np.isnan(numbers)
+    valid = ~nan if nan.any() else None
+    return _from_buffers(pa.float64(), valid, len(values), [pa.py_buffer(numbers)])
+
+
+def _booleans(values: list[Any]) -> pa.Array:
+    """JSON booleans and Nones as a boolean array; TypeError for any other value."""
+    if not set(map(type, values)) <= {bool, type(None)}:
+        raise TypeError("not all booleans")
+    numbers = np.array(values, np.float64)  # True 1, False 0, None NaN
+    nan = np.isnan(numbers)
+    valid = ~nan if nan.any() else None
+    bits = np.packbits(numbers == 1.0, bitorder="little")
+    return _from_buffers(pa.bool_(), valid, len(values), [pa.py_buffer(bits)])
+
+
+def _not_none(values: Sequence[Any]) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
+    """Which values are not None, or None when all of them are not."""
+    if None not in values:
+        return None
+    return np.fromiter(map(operator.is_not, values, repeat(None)), np.bool_, len(values))
+
+
+def _from_buffers(
+    type_: pa.DataType,
+    valid: np.ndarray[Any, np.dtype[np.bool_]] | None,
+    length: int,
+    buffers: list[pa.Buffer],
+) -> pa.Array:
+    """An array of `length` values from its data buffers and, when some are null, `valid`."""
+    if valid is None:
+        return pa.Array.from_buffers(type_, length, [None, *buffers], null_count=0)
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    nulls = length - int(np.count_nonzero(valid))
+    return pa.Array.from_buffers(type_, length, [bitmap, *buffers], null_count=nulls)
 
 
 def _blank_is_null(values: list[Any]) -> list[Any]:
@@ -702,13 +775,13 @@ _PARSERS: Mapping[str, Callable[[Any], Any]] = {
 def _choices(column: Column, values: list[Any]) -> pa.Array:
     """A dictionary array whose dictionary is the column's options (plus any stray values)."""
     options = list(column.options or ())
-    dictionary = pa.array(options, pa.string())
+    dictionary = string_array(options)
     try:
-        strings = pa.array(_blank_is_null(values), pa.string())
+        strings = string_array(_blank_is_null(values))
         codes = pc.index_in(strings, value_set=dictionary)
         if codes.null_count == strings.null_count:  # every value is one of the options
             return pa.DictionaryArray.from_arrays(codes.cast(pa.int32()), dictionary)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
         pass
     index = {option: i for i, option in enumerate(options)}
     indices: list[int | None] = []
@@ -732,8 +805,8 @@ _UTC = pa.timestamp("us", tz="UTC")
 
 def _timestamps(values: list[str | None]) -> pa.Array:
     try:
-        return pa.array(values, pa.string()).cast(_UTC)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return string_array(values).cast(_UTC)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
         parsed = [
             dt.datetime.fromisoformat(v.replace("Z", "+00:00")) if v else None for v in values
         ]

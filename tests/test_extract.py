@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ import pytest
 
 from connector.api import Client, RateLimiter, RetryPolicy
 from connector.errors import ConfigError
-from connector.extract import CellWarning, read_batches
+from connector.extract import CellWarning, read_batches, string_array
 from connector.schema import Table, UnknownColumnTypeWarning, arrow_schema
 from tests.fixtures.server import RunningServer, ServerFactory
 
@@ -130,6 +132,40 @@ def test_an_exported_file_holds_no_key(server: RunningServer, tmp_path: Path) ->
         extraction = read_batches(client, client.get_table(table_id))
         assert write_parquet(extraction, extraction.schema, tmp_path / "t.parquet") == 10
     assert server.api_key.encode() not in (tmp_path / "t.parquet").read_bytes()
+
+
+EXPORT_WITHOUT_PANDAS = """
+import sys
+from connector.api import Client
+from connector.extract import read_batches
+from connector.load.parquet import write_parquet
+base_url, key, table_id, out = sys.argv[1:5]
+with Client(base_url, key) as client:
+    extraction = read_batches(client, client.get_table(table_id))
+    write_parquet(extraction, extraction.schema, out)
+print(sorted(m for m in ("pandas", "sqlalchemy") if m in sys.modules))
+"""
+
+
+def test_an_export_to_parquet_never_imports_pandas(server: RunningServer, tmp_path: Path) -> None:
+    """pandas (~37 MB) and SQLAlchemy stay out of an export's memory (pyarrow imports pandas
+    on its first `pa.array` of Python objects, so extraction builds arrays from buffers)."""
+    table_id = server.create_table(EVERY_TYPE)
+    server.insert_rows(table_id, [ADA, EMPTY, {**ADA, "Name": "Zoë ✓"}])
+    done = subprocess.run(
+        [sys.executable, "-c", EXPORT_WITHOUT_PANDAS, server.base_url, server.api_key, table_id,
+         str(tmp_path / "t.parquet")],
+        capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1],
+    )
+    assert done.stdout.strip() == "[]"
+    frame = pd.read_parquet(tmp_path / "t.parquet")
+    assert frame["Name"].tolist() == ["Ada", "Nobody", "Zoë ✓"]
+    assert frame["Age"].tolist()[1] is pd.NA and frame["Member"].tolist() == [True, pd.NA, True]
+
+
+@pytest.mark.parametrize("values", [["a", None, "Zoë ✓", ""], [], [None, None], ["x" * 70_000]])
+def test_string_arrays_built_from_buffers_equal_pyarrow_s(values: list[str | None]) -> None:
+    assert string_array(values).equals(pa.array(values, pa.string()))
 
 
 def test_an_empty_table_reads_as_an_empty_typed_frame(server: RunningServer) -> None:

@@ -18,10 +18,13 @@ import email.utils
 import json
 import os
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from types import TracebackType
 from typing import Any, Generic, Literal, Self, TypeVar
+from urllib.parse import urlencode
 
 import httpx
 import orjson
@@ -121,7 +124,7 @@ def _list_rows(
     def read(response: httpx.Response) -> RowPage:
         data = _body(response)
         rows = data.get("rows") or []
-        if not isinstance(rows, list) or not all(isinstance(r, dict) and "id" in r for r in rows):
+        if not isinstance(rows, list) or not _all_rows(rows):
             raise ServerError(
                 "the server sent a page whose `rows` are not row objects with an `id`",
                 status=response.status_code,
@@ -182,6 +185,19 @@ def _delete_rows(table_id: str, row_ids: Sequence[str]) -> _Call[None]:
     return _Call(
         "DELETE", f"/tables/{table_id}/rows/bulk", _nothing, body={"row_ids": list(row_ids)}
     )
+
+
+_ROW_ID = itemgetter("id")
+
+
+def _all_rows(items: list[Any]) -> bool:
+    """Whether every item is a JSON object with an ``id``: looked up in C, as this runs per
+    row (from JSON, only an object can be indexed by a string key)."""
+    try:
+        deque(map(_ROW_ID, items), maxlen=0)
+    except (KeyError, TypeError, IndexError):
+        return False
+    return True
 
 
 def _nothing(response: httpx.Response) -> None:
@@ -265,14 +281,20 @@ class _Settings:
         return text.replace(self._api_key, "***") if self._api_key else text
 
     def _request(self, http: httpx.Client | httpx.AsyncClient, call: _Call[Any]) -> httpx.Request:
-        content = orjson.dumps(call.body) if call.body is not None else None
-        headers = {"Content-Type": "application/json"} if content is not None else None
-        return http.build_request(
-            call.method,
-            f"{self.base_url}{call.path}",
-            params=call.params or None,  # an empty mapping doubles build_request's cost
-            content=content,
-            headers=headers,
+        """The request, built directly: `build_request` parses and merges the URL twice, half
+        of the client's CPU per page on a fast server. Same headers, same timeouts."""
+        url = f"{self.base_url}{call.path}"
+        if call.params:
+            url = f"{url}?{urlencode(call.params)}"
+        headers = http.headers
+        content = None
+        if call.body is not None:
+            content = orjson.dumps(call.body)
+            headers = httpx.Headers(headers)
+            headers["Content-Type"] = "application/json"
+        return httpx.Request(
+            call.method, url, headers=headers, content=content,
+            extensions={"timeout": http.timeout.as_dict()},
         )
 
     def _transport_error(self, exc: httpx.HTTPError, call: _Call[Any]) -> TransportError:
@@ -386,17 +408,29 @@ class Client(_Settings):
 
     def _send(self, call: _Call[T]) -> T:
         """The one request path: pace, send, retry what is safe, map failures to our errors."""
-        for attempt in self.retry.retrying(call.replayable):
+        started = time.monotonic()
+        try:  # the first try outside tenacity, whose bookkeeping would cost more than it
+            return self._try(call, replay=False)
+        except ApiError as exc:
+            if not call.replayable(exc):
+                raise
+            failed = exc
+        for attempt in self.retry.after(time.monotonic() - started).retrying(call.replayable):
             with attempt:
-                wait = self.limiter.reserve()
-                if wait > 0:
-                    time.sleep(wait)
-                try:
-                    response = self._http.send(self._request(self._http, call))
-                except httpx.HTTPError as exc:
-                    raise self._transport_error(exc, call) from exc
-                return self._finish(call, response, attempt.retry_state.attempt_number > 1)
+                if attempt.retry_state.attempt_number == 1:
+                    raise failed  # that first try, as tenacity's first attempt
+                return self._try(call, replay=True)
         raise AssertionError("unreachable: tenacity reraises the last failure")
+
+    def _try(self, call: _Call[T], *, replay: bool) -> T:
+        wait = self.limiter.reserve()
+        if wait > 0:
+            time.sleep(wait)
+        try:
+            response = self._http.send(self._request(self._http, call))
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc, call) from exc
+        return self._finish(call, response, replay)
 
     def list_tables(self) -> list[TableSummary]:
         """Every table the key may read."""
@@ -496,17 +530,30 @@ class AsyncClient(_Settings):
 
     async def _send(self, call: _Call[T]) -> T:
         """The one async request path; the same steps as `Client._send`."""
-        async for attempt in self.retry.async_retrying(call.replayable):
+        started = time.monotonic()
+        try:
+            return await self._try(call, replay=False)
+        except ApiError as exc:
+            if not call.replayable(exc):
+                raise
+            failed = exc
+        retry = self.retry.after(time.monotonic() - started)
+        async for attempt in retry.async_retrying(call.replayable):
             with attempt:
-                wait = self.limiter.reserve()
-                if wait > 0:
-                    await asyncio.sleep(wait)
-                try:
-                    response = await self._http.send(self._request(self._http, call))
-                except httpx.HTTPError as exc:
-                    raise self._transport_error(exc, call) from exc
-                return self._finish(call, response, attempt.retry_state.attempt_number > 1)
+                if attempt.retry_state.attempt_number == 1:
+                    raise failed
+                return await self._try(call, replay=True)
         raise AssertionError("unreachable: tenacity reraises the last failure")
+
+    async def _try(self, call: _Call[T], *, replay: bool) -> T:
+        wait = self.limiter.reserve()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        try:
+            response = await self._http.send(self._request(self._http, call))
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc, call) from exc
+        return self._finish(call, response, replay)
 
     async def list_tables(self) -> list[TableSummary]:
         return await self._send(_list_tables())

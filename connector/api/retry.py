@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tenacity import (
     AsyncRetrying,
@@ -59,6 +59,10 @@ class RetryPolicy:
     def off(cls) -> RetryPolicy:
         """Every request is tried once; failures reach the caller as they happen."""
         return cls(attempts=1)
+
+    def after(self, elapsed: float) -> RetryPolicy:
+        """This policy for a request whose first try took `elapsed` seconds (and failed)."""
+        return replace(self, total_seconds=self.total_seconds - elapsed)
 
     def backoff(self, state: RetryCallState) -> float:
         """Exponential backoff with jitter, never shorter than the server's Retry-After."""

@@ -19,13 +19,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from connector.extract import string_array
 from connector.load.atomic import atomic_path
 from connector.schema import META_COLUMN_TYPE, META_OPTIONS, META_SYSTEM, TYPES, column_type
 
 __all__ = ["ROW_GROUP_ROWS", "conform", "merge_parquet", "write_parquet"]
 
-#: Rows per Parquet row group: pages are buffered up to this, so memory stays bounded.
-ROW_GROUP_ROWS = 64 * 1024
+#: Rows per Parquet row group: pages are buffered up to this, so memory stays bounded
+#: (64k-row groups held ~30 MB more while streaming an export; 16k cost nothing measurable).
+ROW_GROUP_ROWS = 16 * 1024
 
 META_EXTRACTED_AT = b"connector.extracted_at"
 META_COLUMNS = b"connector.columns"
@@ -114,7 +116,7 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 
 
 def _encode_choice(column: pa.Array, options: list[str], type_: pa.DataType) -> pa.Array:
-    dictionary = pa.array(options, pa.string())
+    dictionary = string_array(options)  # not pa.array: that would import pandas
     if isinstance(column, pa.DictionaryArray) and column.dictionary.equals(dictionary):
         return column.cast(type_) if column.type != type_ else column
     values = column.cast(pa.string())
