@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Collection, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -48,19 +49,36 @@ def write_parquet(
     """
     schema = _file_schema(schema, extracted_at or datetime.now(UTC))
     rows = 0
-    with atomic_path(path) as temp, pq.ParquetWriter(temp, schema) as writer:
+    # Row groups are encoded in a helper thread (Arrow releases the GIL) while the next pages
+    # are fetched; at most one group is being written while the next one fills.
+    writing: Future[None] | None = None
+    with (
+        atomic_path(path) as temp,
+        pq.ParquetWriter(temp, schema) as writer,
+        ThreadPoolExecutor(1, thread_name_prefix="parquet") as behind,
+    ):
+
+        def flush(group: list[pa.RecordBatch]) -> None:
+            nonlocal writing
+            table = pa.Table.from_batches(group, schema)
+            if writing is not None:
+                writing.result()
+            writing = behind.submit(writer.write_table, table, ROW_GROUP_ROWS)
+
         pending: list[pa.RecordBatch] = []
         pending_rows = 0
         for batch in batches:
             pending.append(conform(batch, schema))
             pending_rows += batch.num_rows
             if pending_rows >= ROW_GROUP_ROWS:
-                writer.write_table(pa.Table.from_batches(pending, schema), ROW_GROUP_ROWS)
+                flush(pending)
                 rows += pending_rows
                 pending, pending_rows = [], 0
         if pending:
-            writer.write_table(pa.Table.from_batches(pending, schema), ROW_GROUP_ROWS)
+            flush(pending)
             rows += pending_rows
+        if writing is not None:
+            writing.result()
     return rows
 
 
