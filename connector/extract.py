@@ -632,9 +632,9 @@ class _Caster:
         arrow_type = column.arrow_type
         try:  # the fast path: the cells already have the column's JSON type
             if kind == "date":
-                return string_array(_blank_is_null(values)).cast(arrow_type)
+                return string_array(values, blank_is_null=True).cast(arrow_type)
             if kind == "text":
-                return string_array(_blank_is_null(values))
+                return string_array(values, blank_is_null=True)
             if kind == "number":
                 return _floats(values)
             if kind == "checkbox":
@@ -665,19 +665,22 @@ class _Caster:
 # makes pyarrow import pandas (~37 MB), which an export to a file never needs otherwise.
 
 
-def string_array(values: Sequence[Any]) -> pa.Array:
+def string_array(values: Sequence[Any], *, blank_is_null: bool = False) -> pa.Array:
     """Strings and Nones as a string array (without `pa.array`, see above); TypeError for
-    any other value."""
+    any other value. With `blank_is_null`, empty strings are nulls too."""
     valid = _not_none(values)
     texts = values if valid is None else ["" if v is None else v for v in values]
     joined = "".join(texts)
     if joined.isascii():  # then a string's length is its UTF-8 length: no encoding one by one
-        data, lengths = joined.encode("ascii"), map(len, texts)
+        data, sizes = joined.encode("ascii"), map(len, texts)
     else:
         encoded = [t.encode() for t in texts]
-        data, lengths = b"".join(encoded), map(len, encoded)
+        data, sizes = b"".join(encoded), map(len, encoded)
+    lengths = np.fromiter(sizes, np.int64, len(values))
+    if blank_is_null:
+        valid = lengths > 0 if valid is not None or not lengths.all() else None
     offsets = np.zeros(len(values) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(lengths, np.int64, len(values)), out=offsets[1:])
+    np.cumsum(lengths, out=offsets[1:])
     if offsets[-1] >= 2**31:
         raise OverflowError("more than 2 GiB of text in one batch")
     buffers = [pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
@@ -726,13 +729,6 @@ def _from_buffers(
     return pa.Array.from_buffers(type_, length, [bitmap, *buffers], null_count=nulls)
 
 
-def _blank_is_null(values: list[Any]) -> list[Any]:
-    """Empty cells are nulls, never empty strings (nor "nan")."""
-    if "" not in values:
-        return values
-    return [None if v == "" else v for v in values]
-
-
 def _number(value: Any) -> float:
     if isinstance(value, str):
         return float(value.strip().replace(",", ""))
@@ -777,7 +773,7 @@ def _choices(column: Column, values: list[Any]) -> pa.Array:
     options = list(column.options or ())
     dictionary = string_array(options)
     try:
-        strings = string_array(_blank_is_null(values))
+        strings = string_array(values, blank_is_null=True)
         codes = pc.index_in(strings, value_set=dictionary)
         if codes.null_count == strings.null_count:  # every value is one of the options
             return pa.DictionaryArray.from_arrays(codes.cast(pa.int32()), dictionary)

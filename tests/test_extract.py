@@ -166,6 +166,8 @@ def test_an_export_to_parquet_never_imports_pandas(server: RunningServer, tmp_pa
 @pytest.mark.parametrize("values", [["a", None, "Zoë ✓", ""], [], [None, None], ["x" * 70_000]])
 def test_string_arrays_built_from_buffers_equal_pyarrow_s(values: list[str | None]) -> None:
     assert string_array(values).equals(pa.array(values, pa.string()))
+    blanks_as_nulls = [None if v == "" else v for v in values]
+    assert string_array(values, blank_is_null=True).equals(pa.array(blanks_as_nulls, pa.string()))
 
 
 def test_an_empty_table_reads_as_an_empty_typed_frame(server: RunningServer) -> None:
