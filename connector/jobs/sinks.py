@@ -1,7 +1,7 @@
 """A job's destinations, seen the way a sync needs them: what is there, and write this.
 
 A thin layer over `connector.load` (which does the atomic writes, merges and deletes); it
-adds what only a sync asks: the ids a destination holds, appends to Parquet, and
+adds what only a sync asks: the ids a destination holds, appends of new ids to Parquet, and
 *marking* deleted rows (a ``_deleted_at`` timestamp) instead of removing them.
 """
 
@@ -115,7 +115,8 @@ class ParquetSink:
             if _has_marks(path):  # keep the marks of earlier runs
                 schema = _with_deleted_at(schema)
             if mode == "append":
-                return write_parquet(itertools.chain(self._old(path), batches), schema, path)
+                new = self._not_held(batches, path, table)
+                return write_parquet(itertools.chain(self._old(path), new), schema, path)
             if mark and deleted:
                 schema = _with_deleted_at(schema)
                 batches = itertools.chain(batches, self._marked(path, table, schema, deleted))
@@ -129,6 +130,22 @@ class ParquetSink:
         if path.is_file():
             with pq.ParquetFile(path) as old:
                 yield from old.iter_batches()
+
+    @staticmethod
+    def _not_held(
+        batches: Iterable[pa.RecordBatch], path: Path, table: Table
+    ) -> Iterator[pa.RecordBatch]:
+        """The rows of `batches` whose ids the file does not hold yet (marked ones count as held).
+
+        Append adds only new ids, like ``ON CONFLICT DO NOTHING`` in SQL: a second full run
+        must not repeat every row.
+        """
+        id_name = table.system_names()["id"]
+        held = pa.array([], pa.string())
+        if path.is_file():
+            held = pq.read_table(path, columns=[id_name]).column(id_name).combine_chunks()
+        for batch in batches:
+            yield batch.filter(pc.invert(pc.is_in(batch.column(id_name), held)))
 
     @staticmethod
     def _marked(

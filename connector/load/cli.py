@@ -73,7 +73,8 @@ def export(ctx: click.Context, out_dir: Path, fmt: str, tables: tuple[str, ...],
 @click.option("--to", "url", required=True, metavar="URL",
               help="SQLAlchemy database URL, e.g. sqlite:///warehouse.db or postgresql://u@h/db.")
 @click.option("--mode", type=click.Choice(sql.MODES), default="replace", show_default=True,
-              help="replace: swap in a fresh table; append; merge: upsert by row id.")
+              help="replace: swap in a fresh table; append: add only rows whose _id the table "
+                   "does not hold yet, leaving held rows unchanged; merge: upsert by row id.")
 @_shared
 @click.pass_context
 def load(ctx: click.Context, url: str, mode: sql.Mode, tables: tuple[str, ...],

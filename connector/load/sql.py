@@ -4,8 +4,10 @@
   see the old table until the commit, then the new one, never a partial or empty table; a
   killed load rolls back and leaves nothing behind (both PostgreSQL and SQLite have
   transactional DDL).
-- ``append`` inserts; ``merge`` upserts by the row id (the ``_id`` primary key) with
-  ``INSERT ... ON CONFLICT``; `delete_ids` removes rows deleted upstream.
+- ``append`` adds the rows the table does not hold yet (by the ``_id`` primary key) and
+  leaves those it holds unchanged, so a second full run adds only new rows; ``merge``
+  upserts by row id. Both are ``INSERT ... ON CONFLICT`` (DO NOTHING / DO UPDATE);
+  `delete_ids` removes rows deleted upstream.
 
 The table's columns come from the API schema, typed by `connector.schema` (the one
 mapping). Identifiers are always quoted. PostgreSQL through psycopg is loaded with
@@ -63,8 +65,8 @@ def load_table(
     schema = first.schema if first is not None else arrow_schema(table)
     everything = _chain(first, stream)
     with _engine(engine_or_url) as engine, _failures(engine, f"loading table {name!r}"):
-        if mode == "merge" and engine.dialect.name not in ("postgresql", "sqlite"):
-            raise ConfigError(f"merge is supported on PostgreSQL and SQLite, not {engine.dialect.name}")
+        if mode != "replace" and engine.dialect.name not in ("postgresql", "sqlite"):
+            raise ConfigError(f"{mode} is supported on PostgreSQL and SQLite, not {engine.dialect.name}")
         target = _sql_table(table, schema, name)
         _check_identifiers(engine, target)
         with _transaction(engine) as conn:
@@ -73,8 +75,8 @@ def load_table(
             target.create(conn, checkfirst=True)
             _add_missing_columns(conn, target)
             if mode == "append":
-                return _insert(conn, target, everything)
-            rows = _merge(conn, target, everything)
+                return _merge(conn, target, everything, update=False)
+            rows = _merge(conn, target, everything, update=True)
             _delete(conn, target, deleted_ids)
             return rows
 
@@ -169,9 +171,12 @@ def _copy(conn: sa.Connection, target: sa.Table, batches: Iterable[pa.RecordBatc
     return rows
 
 
-def _merge(conn: sa.Connection, target: sa.Table, batches: Iterable[pa.RecordBatch]) -> int:
+def _merge(
+    conn: sa.Connection, target: sa.Table, batches: Iterable[pa.RecordBatch], *, update: bool
+) -> int:
+    """Insert `batches` by row id: a row already held is updated, or with `update` off kept."""
     key = next(c for c in target.columns if c.primary_key)
-    others = [c.name for c in target.columns if not c.primary_key]
+    others = [c.name for c in target.columns if not c.primary_key] if update else []
     if _copy_capable(conn):
         changes = sa.Table(
             f"_connector_merge_{secrets.token_hex(6)}",

@@ -356,6 +356,7 @@ def test_full_syncs_replace_append_or_merge_as_configured(
         '[tables]\ninclude = ["People"]\n'
         '[[destination]]\nparquet = "replaced"\n'
         '[[destination]]\nparquet = "appended"\nmode = "append"\n'
+        '[[destination]]\nurl = "sqlite:///appended.db"\nmode = "append"\n'
         '[[destination]]\nurl = "sqlite:///merged.db"\nmode = "merge"\n'
     )
     workspace.run(job)
@@ -365,9 +366,14 @@ def test_full_syncs_replace_append_or_merge_as_configured(
 
     assert result(summary, "People").read == "full"
     assert list(parquet_people(tmp_path / "replaced").index) == EXPECTED_AFTER_CHANGES
+    # append adds the ids not held yet; held rows stay as they were (P001 not updated,
+    # P002 not removed)
     appended = parquet_people(tmp_path / "appended")
-    assert len(appended) == 10 + 10  # every run adds what it read
-    assert sorted(set(appended.index)) == sorted({*NAMES, "P100"})
+    assert list(appended.index) == sorted([*NAMES, "P100"])
+    assert appended.loc["P001", "Score"] == 1.0
+    appended_sql = sql_people(f"sqlite:///{tmp_path / 'appended.db'}")
+    assert sorted(appended_sql) == sorted([*NAMES, "P100"])
+    assert appended_sql["P001"][0] == 1.0
     merged = sql_people(f"sqlite:///{tmp_path / 'merged.db'}")
     assert sorted(merged) == EXPECTED_AFTER_CHANGES  # upserted, and the deleted row removed
     assert merged["P001"][0] == 100.0

@@ -151,6 +151,25 @@ def test_load_merge_applies_upstream_changes(
                    "Newcomer": None}
 
 
+def test_load_append_run_again_adds_only_new_rows(
+    orders: tuple[RunningServer, str, Any], tmp_path: Path
+) -> None:
+    server, table_id, rows = orders
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    assert run(server, "load", "--to", url, "--mode", "append").exit_code == 0
+    with server.client() as http:
+        http.patch(f"/tables/{table_id}/rows/{rows[0]['id']}", json={"fields": {"Amount": 99}}).raise_for_status()
+    server.insert_rows(table_id, [{"Name": "Newcomer"}])
+    result = run(server, "load", "--to", url, "--mode", "append")
+    assert result.exit_code == 0, result.output
+    with sa.create_engine(url).connect() as conn:
+        got = conn.exec_driver_sql('SELECT "Name", "Amount" FROM orders').fetchall()
+    # the held rows are left as they were (Ada keeps 12.5); only the new id is added
+    assert sorted(got, key=lambda r: r[0]) == sorted(
+        [("Ada", 12.5), ('quote " comma , newline \n', -3.0), ("Empty cells", None),
+         ("Newcomer", None)], key=lambda r: r[0])
+
+
 def test_a_table_the_key_may_not_read_is_skipped_with_exit_3(
     orders: tuple[RunningServer, str, Any], tmp_path: Path
 ) -> None:

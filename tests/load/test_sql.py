@@ -97,6 +97,21 @@ def test_append_adds_rows_and_columns_added_upstream(url: str, engine: sa.Engine
     assert [r["Notes"] for r in got] == [None, None, "added later"]
 
 
+def test_append_again_adds_only_new_ids_and_leaves_held_rows_unchanged(
+    url: str, engine: sa.Engine
+) -> None:
+    assert load_table(batches(ROWS[:2]), TABLE, url, mode="append") == 2
+    edited = {**ROWS[0], "Name": "changed upstream"}
+    # A second full read: the same two ids (one edited since) plus a new one, over COPY's
+    # temp table on PostgreSQL.
+    again = batches([edited, ROWS[1], numbered(1, start=5)[0]], size=2)
+    load_table(again, TABLE, url, mode="append")
+    got = rows_of(engine)
+    assert [r["_id"] for r in got] == ["row_1", "row_2", "row_5"]
+    assert got[0] == ROWS[0]  # held rows are left as they were, not updated
+    assert tables_in(engine) == ["orders"]
+
+
 def test_merge_upserts_by_row_id_and_deletes_in_the_same_transaction(
     url: str, engine: sa.Engine
 ) -> None:
