@@ -17,7 +17,8 @@ _rate = click.FloatRange(0.0, 1.0)
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
+              help="TCP port to listen on.")
 @click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite file (or :memory:).")
 @click.option("--demo", is_flag=True, help="Seed the demo workspace if the database has no tables.")
 @click.option(
@@ -51,7 +52,14 @@ def serve(
     drop_rate: float,
     seed: int | None,
 ) -> None:
-    """Run the reference Table Data REST API server (base path /v1)."""
+    """Run the reference Table Data REST API server (base path /v1) until Ctrl-C.
+
+    Requests need a key of the database: create one with `connector keys create`, or use
+    --demo / --demo-key. The --*-rate, --latency-ms and --seed options inject faults so
+    clients can be tested against throttling and failures.
+
+    Exit codes: 0 stopped · 1 could not listen (e.g. the port is taken) · 2 bad option.
+    """
     import uvicorn
 
     from connector.server.app import create_app
@@ -75,8 +83,11 @@ def serve(
         seed=seed,
     )
     click.echo(f"serving http://{host}:{port}/v1 from {db}", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
-                http="h11", lifespan="off", timeout_graceful_shutdown=2)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
+                    http="h11", lifespan="off", timeout_graceful_shutdown=2)
+    except SystemExit as exc:  # uvicorn exits 3 when it cannot bind; our 3 means "partial"
+        raise SystemExit(1 if exc.code else 0) from None
 
 
 @click.group()
@@ -88,7 +99,13 @@ def server() -> None:
 @click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite file of the server.")
 @click.argument("spec", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def create_table(db: str, spec: Path) -> None:
-    """Create a table from SPEC, a JSON file {"name": ..., "columns": [...]}; print its id."""
+    """Create a table from SPEC, a JSON file {"name": ..., "columns": [...]}; print its id.
+
+    Column types: text, choice (with "options"), number, checkbox, date; "required": true
+    makes a column mandatory. The database file is created if missing.
+
+    Exit codes: 0 created · 2 SPEC unreadable or invalid, or the table name already exists.
+    """
     try:
         data = json.loads(spec.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -110,7 +127,12 @@ def keys() -> None:
 @click.option("--read-only", is_flag=True, help="The key may only read.")
 @click.option("--table", "tables", multiple=True, help="Limit the key to this table (name or id); repeatable.")
 def create_key(db: str, read_only: bool, tables: tuple[str, ...]) -> None:
-    """Create an API key and print it. It is shown only this once (stored hashed)."""
+    """Create an API key and print it. It is shown only this once (stored hashed).
+
+    Without options the key may read and write every table.
+
+    Exit codes: 0 created · 2 no database at --db, or an unknown --table.
+    """
     if not os.path.exists(db) and db != ":memory:":
         raise ConfigError(f"no database at {db}; create a table or start the server first")
     try:

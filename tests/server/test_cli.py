@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import click
 import httpx
 from click.testing import CliRunner
 
 from connector.cli import main
+from connector.server.cli import create_key, create_table, serve
 from tests.fixtures.server import RunningServer, free_port
 from tests.server.conftest import PEOPLE
 
@@ -91,3 +94,28 @@ def test_serve_demo_prints_a_key_once_and_serves_the_demo(tmp_path: Path) -> Non
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_every_option_of_the_server_commands_has_help_and_every_command_its_exit_codes() -> None:
+    for command in (serve, create_table, create_key):
+        undocumented = [
+            p.name for p in command.params if isinstance(p, click.Option) and not p.help
+        ]
+        assert undocumented == [], command.name
+        assert "Exit codes:" in (command.help or ""), command.name
+    shown = CliRunner().invoke(main, ["serve", "--help"])
+    assert "TCP port to listen on." in shown.output
+
+
+def test_serve_on_a_taken_port_exits_1(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "connector", "serve", "--port", str(port),
+             "--db", str(tmp_path / "x.db")],
+            capture_output=True, text=True, timeout=60, check=False,
+        )
+    assert result.returncode == 1
+    assert "address already in use" in result.stderr
