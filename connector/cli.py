@@ -79,6 +79,9 @@ _base_url_option = click.option(
     "--base-url", envvar="CONNECTOR_BASE_URL", help="API base URL ending in /v1 [env CONNECTOR_BASE_URL]."
 )
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+#: connector.push.DEFAULT_CONCURRENCY, repeated: importing it would load pandas at every CLI
+#: start. tests/push/test_cli.py keeps the two equal.
+_PUSH_CONCURRENCY = 8
 
 
 @main.command()
@@ -160,7 +163,7 @@ def schema(table: str, base_url: str | None, as_json: bool) -> None:
     "--rejects", type=click.Path(dir_okay=False, path_type=Path),
     help="CSV for rows the server rejects [default FILE.rejects.csv, only when there are any].",
 )
-@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True,
+@click.option("--concurrency", type=click.IntRange(min=1), default=_PUSH_CONCURRENCY, show_default=True,
               help="Write requests in flight at once (under the shared rate limiter).")
 @_base_url_option
 def push_command(
@@ -204,7 +207,7 @@ def push_command(
     "--rejects", type=click.Path(dir_okay=False, path_type=Path),
     help="CSV for rows the server rejects [default PLAN.rejects.csv, only when there are any].",
 )
-@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True,
+@click.option("--concurrency", type=click.IntRange(min=1), default=_PUSH_CONCURRENCY, show_default=True,
               help="Write requests in flight at once (under the shared rate limiter).")
 @_base_url_option
 def apply_command(plan: Path, rejects: Path | None, concurrency: int, base_url: str | None) -> None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
 
-from connector.cli import main
+from connector.cli import apply_command, main, push_command
+from connector.push import DEFAULT_CONCURRENCY
 from tests.fixtures.server import RunningServer
 
 SPEC = {
@@ -161,3 +164,15 @@ def test_a_plan_that_cannot_be_saved_is_a_clean_error(server: RunningServer, tmp
 
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert f"cannot write {plan}" in result.output
+
+
+def test_the_cli_concurrency_default_is_the_librarys_and_the_cli_starts_without_pandas() -> None:
+    # The CLI repeats the number rather than import it (that would load pandas at start).
+    for command in (push_command, apply_command):
+        (option,) = [p for p in command.params if p.name == "concurrency"]
+        assert option.default == DEFAULT_CONCURRENCY, command.name
+    started = subprocess.run(
+        [sys.executable, "-c", "import sys, connector.cli; print('pandas' in sys.modules)"],
+        capture_output=True, text=True, check=True,
+    )
+    assert started.stdout.strip() == "False"
