@@ -10,7 +10,8 @@
    before the clock starts, so the figure is the sustained rate.
 3. Peak RSS (VmHWM / ru_maxrss of a fresh subprocess that extracts one table to Parquet) for
    100,000 and 1,000,000 rows: goal flat (<= 1.5x) and <= 150 MB. The RSS of the imports
-   alone is printed too, for scale.
+   alone is printed too, for scale, and a note if the export imported pandas (it must not:
+   pyarrow imports it on its first `pa.array` of Python objects, ~37 MB).
 
 Tables are seeded through the server's storage layer (as the test fixtures do), not the API.
 Parquet is written by `connector.load.parquet.write_parquet`.
@@ -163,7 +164,8 @@ elif table_id != "-":
 # ru_maxrss of an exec'd child still counts the parent's pages at fork (Linux keeps the
 # high-water mark across exec); VmHWM is this process image's own peak. Report the smaller.
 hwm = int(re.search(r"VmHWM:\\s+(\\d+)", open("/proc/self/status").read()).group(1))
-print(min(hwm, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss), time.perf_counter() - started)
+print(min(hwm, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss), time.perf_counter() - started,
+      "pandas" in sys.modules)
 """
 
 
@@ -180,7 +182,9 @@ def _peak_rss_mb(
     env = {"CONNECTOR_API_KEY": server.api_key} | ({"ARROW_DEFAULT_MEMORY_POOL": pool} if pool else {})
     done = subprocess.run(argv, capture_output=True, text=True, check=True, env=env,
                           cwd=Path(__file__).parents[1])
-    rss_kb, seconds = done.stdout.split()
+    rss_kb, seconds, pandas = done.stdout.split()
+    if table_id not in (None, "+") and pandas != "False":
+        print("  (note: pandas was imported during the export)")
     return int(rss_kb) / 1024, float(seconds)
 
 
@@ -215,7 +219,7 @@ def main() -> None:
             imports, _ = _peak_rss_mb(server, None, out)
             arrow, _ = _peak_rss_mb(server, "+", out)
             print(f"peak RSS of the imports alone: {imports:.0f} MB; with pyarrow's first conversion "
-                  f"from Python objects (it imports pandas then): {arrow:.0f} MB")
+                  f"from Python objects (it imports pandas then; the export avoids it): {arrow:.0f} MB")
             for pool in (None, "system"):
                 rss_small, t_small = _peak_rss_mb(server, small, out, pool)
                 rss_big, t_big = _peak_rss_mb(server, big, out, pool)
