@@ -5,14 +5,15 @@ ascending (the reference server breaks ties by id), else by ``id`` when a user c
 called ``created_at`` (a server may then sort and filter by the user's column, so the name
 no longer means ours), else by ``updated_at`` (an update moves a row to the end, so ids
 already emitted are dropped), else, when all three are taken, in the server's default order.
-The first page gives the applied limit and the total;
-the pages after it are fetched concurrently (at most `concurrency` in flight) and emitted in
-order, so memory stays flat however large the table.
+The first page gives the applied limit and the total; the pages after it are fetched
+concurrently (at most `concurrency` in flight) and emitted in order, so memory stays flat
+however large the table.
 
 Consistency while others write. Consecutive pages overlap by one row: page k starts at the
-offset of page k-1's last row. Rows are only ever appended at the end of this order (a new
-row has the newest ``created_at``; updates do not move a row), so a delete before an edge
-shifts later rows left, and the overlap row is then not where it was. When page k does not
+offset of page k-1's last row. By ``created_at``, rows are only ever appended at the end (a
+new row has the newest timestamp; updates do not move a row), so a delete before an edge
+shifts later rows left, and the overlap row is then not where it was (by ``id``, a new row
+may also shift rows right; the overlap check sees that too). When page k does not
 start with page k-1's last row, the pages after k-1 are dropped and the read resumes right
 after the last row it emitted:
 
@@ -24,8 +25,9 @@ after the last row it emitted:
 Every page is checked to really come in the order asked (its system key non-decreasing). A
 server that does not honour the sort (or one where no key is free) is read in its default
 order, by offset, resuming by finding the last rows again, and every id already emitted is
-dropped, so no id is emitted twice (ids are remembered as 64-bit hashes: 8 bytes a row in an
-array while the order holds, a set of them after; only then does memory grow with the table).
+dropped, so no id is emitted twice. For that, emitted ids are remembered as 64-bit hashes
+(8 bytes a row in an array; a set of them once in that mode, or from the start when reading
+by ``updated_at``); two ids sharing a hash would drop the second, never repeat it.
 
 If every edge matches, each page continues exactly where the previous one ended, so no row
 that existed throughout the read is skipped and no id is emitted twice (ids of the previous
