@@ -118,15 +118,22 @@ def test_parallel_bulk_writers_and_readers_see_consistent_totals(server: Running
                 ids += [r["id"] for r in response.json()["rows"]]
         return ids
 
+    reading = threading.Barrier(len(seen) + 1)
+
     def read(n: int) -> None:
         with server.client() as client:
-            while not done.is_set():
+            while True:
                 page = client.get(f"/tables/{table}/rows", params={"limit": 10}).json()
                 seen[n].append(page["total"])
+                if len(seen[n]) == 1:
+                    reading.wait()  # every reader is reading before any writer starts
+                if done.is_set():
+                    break
 
     readers = [threading.Thread(target=read, args=(n,)) for n in seen]
     for t in readers:
         t.start()
+    reading.wait(timeout=30)
     with ThreadPoolExecutor(writers) as pool:
         written = [rid for ids in pool.map(write, range(writers)) for rid in ids]
     done.set()
