@@ -169,6 +169,9 @@ class Storage:
         if path != ":memory:":
             self._db.execute("PRAGMA journal_mode = WAL")
         self._db.execute("PRAGMA synchronous = NORMAL")
+        # Deep pages of big tables read pages all over the file: map it rather than copy.
+        self._db.execute("PRAGMA mmap_size = 1073741824")
+        self._db.execute("PRAGMA cache_size = -65536")
         self._db.executescript(_SCHEMA)
         self.clock = Clock()
         self.offsets = OffsetIndex()
