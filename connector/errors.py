@@ -2,6 +2,7 @@
 
     ConnectorError                  root: catch this to catch everything we raise
     ├── ConfigError                 fix the configuration or the command line  (exit 2)
+    │   └── TableNotFound           no table by that id or name; close matches listed
     ├── InputError                  fix the source data; nothing was written   (exit 1)
     │   └── (push.validate.ValidationReport carries the offending rows)
     ├── DestinationError            a file or database refused a load; old data kept (exit 1)
@@ -21,6 +22,8 @@ Messages never contain the API key.
 
 from __future__ import annotations
 
+from enum import IntEnum
+
 __all__ = [
     "ApiError",
     "ApiValidationError",
@@ -29,26 +32,49 @@ __all__ = [
     "ConfigError",
     "ConnectorError",
     "DestinationError",
+    "ExitCode",
     "InputError",
     "NotFound",
     "PermissionDenied",
     "RateLimited",
     "ServerError",
+    "TableNotFound",
     "TransportError",
 ]
+
+
+class ExitCode(IntEnum):
+    """What a `connector` process's exit status means; every command uses these."""
+
+    OK = 0
+    #: A table, push or destination failed (or every table was skipped).
+    FAILED = 1
+    #: Bad usage or configuration: fix the command line, the job file or the environment.
+    USAGE = 2
+    #: Partial: some tables were skipped or failed, or the server rejected some rows.
+    PARTIAL = 3
+    #: Another run of the same job holds its lock.
+    LOCKED = 75
+    #: Stopped by Ctrl-C (SIGINT) or by SIGTERM: nothing half-written.
+    INTERRUPTED = 130
+    TERMINATED = 143
 
 
 class ConnectorError(Exception):
     """Root of every error the connector raises."""
 
     #: Process exit code the CLI uses for this error.
-    exit_code: int = 1
+    exit_code: int = ExitCode.FAILED
 
 
 class ConfigError(ConnectorError):
     """A configuration file, environment variable or command-line option is wrong."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
+
+
+class TableNotFound(ConfigError):
+    """No table has that id or name (the message lists the close matches)."""
 
 
 class InputError(ConnectorError):
