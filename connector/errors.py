@@ -22,6 +22,7 @@ Messages never contain the API key.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import IntEnum
 
 __all__ = [
@@ -74,7 +75,18 @@ class ConfigError(ConnectorError):
 
 
 class TableNotFound(ConfigError):
-    """No table has that id or name (the message lists the close matches)."""
+    """No table has that id or name, or several share it (the message lists the close matches).
+
+    Raised by `connector.tables.resolve_table`, the one resolver every command uses.
+    """
+
+    def __init__(
+        self, message: str, *, wanted: str | None = None, suggestions: Sequence[str] = ()
+    ) -> None:
+        super().__init__(message)
+        #: The value that was looked up, and the table names it was close to.
+        self.wanted = wanted
+        self.suggestions = tuple(suggestions)
 
 
 class InputError(ConnectorError):

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any, Self
 from connector.api import DEFAULT_PAGE_SIZE, Client
 from connector.api.client import Filter
 from connector.api.models import TableSummary
-from connector.errors import ConfigError, NotFound, PermissionDenied
+from connector.errors import NotFound, PermissionDenied
 from connector.extract import DEFAULT_CONCURRENCY, Extraction
 from connector.schema import Table
+from connector.tables import resolve_table, table_not_found
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -124,21 +125,11 @@ class Workspace:
         )
 
     def _resolve(self, name_or_id: str) -> Table:
-        """A table by exact id, exact name, or a unique case-insensitive name."""
+        """A table by the one resolver's rules (`connector.tables`); an unlisted id the
+        server does not know is a `TableNotFound`, one the key may not read `PermissionDenied`."""
         summaries = self.tables()
-        for match in (
-            [s for s in summaries if s.id == name_or_id],
-            [s for s in summaries if s.name == name_or_id],
-            [s for s in summaries if s.name.casefold() == name_or_id.casefold()],
-        ):
-            if len(match) == 1:
-                return self.client.get_table(match[0].id)
-            if len(match) > 1:
-                ids = ", ".join(s.id for s in match)
-                raise ConfigError(f"several tables are named {name_or_id!r} ({ids}); use an id")
-        if name_or_id.startswith("tbl_"):
-            return self.client.get_table(name_or_id)  # unlisted: the server says 403 or 404
-        names = ", ".join(repr(s.name) for s in summaries) or "none"
-        raise NotFound(
-            f"no table named {name_or_id!r} that this key can read; tables: {names}", status=404
-        )
+        table_id = resolve_table(summaries, name_or_id)
+        try:
+            return self.client.get_table(table_id)
+        except NotFound:
+            raise table_not_found(summaries, name_or_id) from None

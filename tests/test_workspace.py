@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from connector import Client, Workspace
 from connector.cli import main
-from connector.errors import ConfigError, NotFound, PermissionDenied
+from connector.errors import ConfigError, PermissionDenied, TableNotFound
 from connector.workspace import SkippedTableWarning
 from tests.fixtures.server import RunningServer
 
@@ -58,8 +58,13 @@ def test_read_gives_a_typed_frame_filtered_and_projected(ws: Workspace, orders: 
 
 
 def test_an_unknown_table_names_the_tables_there_are(ws: Workspace, orders: str) -> None:
-    with pytest.raises(NotFound, match="'Orders'"):
+    with pytest.raises(TableNotFound, match="'Orders'"):
         ws.read("Invoices")
+
+
+def test_a_misspelt_table_suggests_the_close_match(ws: Workspace, orders: str) -> None:
+    with pytest.raises(TableNotFound, match=r"did you mean 'Orders'\?"):
+        ws.schema("Ordres")
 
 
 def test_two_tables_with_one_name_need_an_id(server: RunningServer, ws: Workspace) -> None:
