@@ -28,7 +28,7 @@ from starlette.types import Receive, Scope, Send
 
 from connector.server import openapi, query
 from connector.server.columns import TableDef
-from connector.server.faults import Faults
+from connector.server.faults import BadSetting, Faults, disturb_read
 from connector.server.problems import ApiProblem, bad_request, invalid, not_found
 from connector.server.ratelimit import RateLimiter
 from connector.server.storage import ApiKey, Storage
@@ -75,6 +75,7 @@ class Call:
     key: ApiKey
     storage: Storage
     max_body: int
+    faults: Faults
 
     def table(self, *, write: bool) -> TableDef:
         """The addressed table: 404 if it does not exist, 403 if the key may not use it."""
@@ -90,34 +91,41 @@ class Call:
 
     async def body(self) -> dict[str, Any]:
         """The JSON object sent; 415 / 413 / 400 when it is not one."""
-        request = self.request
-        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if media != "application/json" and not media.endswith("+json"):
-            raise ApiProblem(415, f"send the body as JSON with Content-Type: application/json (got {media or 'none'!r})")
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self.max_body:
-            raise ApiProblem(413, f"the body is larger than {self.max_body} bytes")
-        data = bytearray()
-        async for chunk in request.stream():
-            data += chunk
-            if len(data) > self.max_body:
-                raise ApiProblem(413, f"the body is larger than {self.max_body} bytes")
-        if not data.strip():
-            raise bad_request("this request needs a JSON body")
-        try:
-            parsed = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise bad_request(f"the body is not valid JSON: {exc}") from None
-        if not isinstance(parsed, dict):
-            raise bad_request("the body must be a JSON object")
-        return parsed
+        return await json_body(self.request, self.max_body)
+
+
+async def json_body(request: Request, max_body: int) -> dict[str, Any]:
+    """The JSON object sent; 415 / 413 / 400 when it is not one."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != "application/json" and not media.endswith("+json"):
+        raise ApiProblem(415, f"send the body as JSON with Content-Type: application/json (got {media or 'none'!r})")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_body:
+        raise ApiProblem(413, f"the body is larger than {max_body} bytes")
+    data = bytearray()
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > max_body:
+            raise ApiProblem(413, f"the body is larger than {max_body} bytes")
+    if not data.strip():
+        raise bad_request("this request needs a JSON body")
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise bad_request(f"the body is not valid JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise bad_request("the body must be a JSON object")
+    return parsed
 
 
 Handler = Callable[[Call], Awaitable[Response]]
 
 
 class _Gate:
-    """Faults, authentication and rate limiting around every endpoint."""
+    """Faults, authentication and rate limiting around every endpoint.
+
+    `faults` is read afresh by every request: ``PUT /v1/_faults`` may replace it.
+    """
 
     def __init__(self, storage: Storage, faults: Faults, limiter: RateLimiter | None, max_body: int) -> None:
         self.storage = storage
@@ -126,9 +134,8 @@ class _Gate:
         self.max_body = max_body
 
     def endpoint(self, handler: Handler, *, write: bool) -> Callable[[Request], Awaitable[Response]]:
-        faults = self.faults
-
         async def run(request: Request) -> Response:
+            faults = self.faults
             if faults.latency_ms:
                 await asyncio.sleep(faults.latency_ms / 1000)
             if faults.hit(faults.fail_rate):
@@ -144,7 +151,7 @@ class _Gate:
                         f"rate limit of {self.limiter.rate:g} requests a second exceeded",
                         headers={"Retry-After": RateLimiter.retry_after(wait)},
                     )
-            response = await handler(Call(request, key, self.storage, self.max_body))
+            response = await handler(Call(request, key, self.storage, self.max_body, faults))
             if write and faults.hit(faults.fail_after_write_rate):
                 return problem_response(
                     ApiProblem(500, "injected failure after the write was committed (--fail-after-write-rate)")
@@ -154,6 +161,20 @@ class _Gate:
             return response
 
         return run
+
+    async def control(self, request: Request) -> Response:
+        """``PUT /v1/_faults``: replace fault settings at once (any valid key); GET shows them.
+
+        Outside the faults it controls, so a server failing every request can be calmed.
+        """
+        self._authenticate(request)
+        if request.method == "PUT":
+            changes = await json_body(request, self.max_body)
+            try:
+                self.faults = self.faults.replace(changes)
+            except BadSetting as exc:
+                raise invalid(exc.setting, str(exc)) from None
+        return JSON(self.faults.settings())
 
     def _authenticate(self, request: Request) -> ApiKey:
         header = request.headers.get("authorization", "")
@@ -182,7 +203,15 @@ async def get_table(call: Call) -> Response:
 
 async def list_rows(call: Call) -> Response:
     table = call.table(write=False)
-    q = query.parse(table, call.request.query_params)
+    faults = call.faults
+    q = query.parse(
+        table,
+        call.request.query_params,
+        max_limit=faults.max_page_size or query.MAX_LIMIT,
+        system_filters=not faults.refuse_system_filters,
+    )
+    if faults.disturbs_reads:
+        disturb_read(faults, call.storage, table, q)
     page = call.storage.list_rows(table, q)
     return JSON({"rows": page.wire_rows(), "total": page.total, "limit": q.limit, "offset": q.offset})
 
@@ -279,11 +308,30 @@ def create_app(
     fail_after_write_rate: float = 0.0,
     drop_rate: float = 0.0,
     seed: int | None = None,
+    delete_on_read: int = 0,
+    insert_on_read: int = 0,
+    max_page_size: int | None = None,
+    refuse_system_filters: bool = False,
+    fault_control: bool = False,
     max_body_bytes: int = MAX_BODY_BYTES,
 ) -> Starlette:
-    """The reference server as an ASGI app over the SQLite file `db_path` (or a `Storage`)."""
+    """The reference server as an ASGI app over the SQLite file `db_path` (or a `Storage`).
+
+    The fault options are `faults.Faults`'s; `fault_control` adds ``PUT /v1/_faults``.
+    """
     storage = db_path if isinstance(db_path, Storage) else Storage(db_path)
-    faults = Faults(fail_rate, throttle_rate, latency_ms, fail_after_write_rate, drop_rate, seed)
+    faults = Faults(
+        fail_rate,
+        throttle_rate,
+        latency_ms,
+        fail_after_write_rate,
+        drop_rate,
+        seed,
+        delete_on_read=delete_on_read,
+        insert_on_read=insert_on_read,
+        max_page_size=max_page_size,
+        refuse_system_filters=refuse_system_filters,
+    )
     gate = _Gate(storage, faults, RateLimiter(rate_limit) if rate_limit else None, max_body_bytes)
 
     def route(path: str, **handlers: Handler) -> Route:
@@ -303,6 +351,8 @@ def create_app(
         route("/tables/{table_id}/rows/bulk", POST=create_rows, DELETE=delete_rows),
         route("/tables/{table_id}/rows/{row_id}", PATCH=update_row, DELETE=delete_row),
     ]
+    if fault_control:
+        routes.append(Route("/v1/_faults", gate.control, methods=["GET", "PUT"]))
     app = Starlette(
         routes=routes,
         exception_handlers={ApiProblem: _on_problem, HTTPException: _on_http, Exception: _on_crash},

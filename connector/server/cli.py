@@ -38,6 +38,17 @@ _rate = click.FloatRange(0.0, 1.0)
 @click.option("--drop-rate", type=_rate, default=0.0,
               help="Fault: cut the connection mid-response (after committing, for writes).")
 @click.option("--seed", type=int, default=None, help="Seed the fault dice (reproducible runs).")
+@click.option("--delete-on-read", type=click.IntRange(min=0), default=0, metavar="N",
+              help="Fault: before serving each page of rows, delete up to N rows that sort before "
+              "its offset (rows the reader has passed).")
+@click.option("--insert-on-read", type=click.IntRange(min=0), default=0, metavar="N",
+              help="Fault: before serving each page of rows, insert N copies of random rows.")
+@click.option("--max-page-size", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Fault: clamp `limit` to N instead of 1000 (the applied limit is reported).")
+@click.option("--refuse-system-filters", is_flag=True,
+              help="Fault: answer 400 (field 'filter') to filters on id, created_at, updated_at.")
+@click.option("--fault-control", is_flag=True,
+              help="Accept PUT /v1/_faults {setting: value, ...} to change faults while running.")
 def serve(
     host: str,
     port: int,
@@ -51,12 +62,19 @@ def serve(
     fail_after_write_rate: float,
     drop_rate: float,
     seed: int | None,
+    delete_on_read: int,
+    insert_on_read: int,
+    max_page_size: int | None,
+    refuse_system_filters: bool,
+    fault_control: bool,
 ) -> None:
     """Run the reference Table Data REST API server (base path /v1) until Ctrl-C.
 
     Requests need a key of the database: create one with `connector keys create`, or use
-    --demo / --demo-key. The --*-rate, --latency-ms and --seed options inject faults so
-    clients can be tested against throttling and failures.
+    --demo / --demo-key. The --*-rate, --latency-ms, --*-on-read, --max-page-size,
+    --refuse-system-filters and --seed options inject faults so clients can be tested
+    against throttling, failures and tables changing under a read; --fault-control lets a
+    test change them while the server runs.
 
     Exit codes: 0 stopped · 1 could not listen (e.g. the port is taken) · 2 bad option.
     """
@@ -81,6 +99,11 @@ def serve(
         fail_after_write_rate=fail_after_write_rate,
         drop_rate=drop_rate,
         seed=seed,
+        delete_on_read=delete_on_read,
+        insert_on_read=insert_on_read,
+        max_page_size=max_page_size,
+        refuse_system_filters=refuse_system_filters,
+        fault_control=fault_control,
     )
     click.echo(f"serving http://{host}:{port}/v1 from {db}", err=True)
     try:

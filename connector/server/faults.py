@@ -5,17 +5,50 @@
     latency_ms             every request waits this long first
     fail_after_write_rate  a write commits, then the answer is a 500 (ambiguous failure)
     drop_rate              the connection is cut mid-response (after committing, for writes)
+
+Faults that change a table while it is being read (`disturb_read` runs before a page of
+``GET /tables/:id/rows`` is served, through the normal write path, so the offset marks of
+`paging.OffsetIndex` are carried exactly as for any client's write):
+
+    delete_on_read         delete up to N rows the read has passed (before its offset, in
+                           its order and filter), picked by the seeded dice; none at offset 0
+    insert_on_read         insert N rows, each a copy of the fields of a random existing row
+    max_page_size          clamp `limit` to N instead of 1000 (the applied limit is reported)
+    refuse_system_filters  a filter on id, created_at or updated_at is a 400 VALIDATION_ERROR
+                           with field "filter" (sorting by them still works)
+
+With ``--fault-control``, ``PUT /v1/_faults`` replaces any of these settings at run time
+(`Faults.replace`), so a test can disturb one run and leave the next one quiet.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from connector.server.columns import TableDef
+    from connector.server.query import RowQuery
+    from connector.server.storage import Storage
+
+class BadSetting(ValueError):
+    """A fault setting that is unknown or has a bad value; `setting` names it."""
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
+_RATES = ("fail_rate", "throttle_rate", "fail_after_write_rate", "drop_rate")
+_COUNTS = ("delete_on_read", "insert_on_read")
 
 
 @dataclass(frozen=True)
 class Faults:
-    """Probabilities (0..1) and a delay; all zero means a well-behaved server."""
+    """Probabilities (0..1), a delay, and table changes; all zero means a well-behaved server."""
 
     fail_rate: float = 0.0
     throttle_rate: float = 0.0
@@ -23,17 +56,77 @@ class Faults:
     fail_after_write_rate: float = 0.0
     drop_rate: float = 0.0
     seed: int | None = None
+    delete_on_read: int = 0
+    insert_on_read: int = 0
+    max_page_size: int | None = None  # None: the API's 1000
+    refuse_system_filters: bool = False
     _rng: random.Random = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("fail_rate", "throttle_rate", "fail_after_write_rate", "drop_rate"):
+        """Checks types too: settings also arrive as JSON (``PUT /v1/_faults``)."""
+        for name in (*_RATES, "latency_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise BadSetting(name, f"{name} must be a number, got {value!r}")
+        for name in _RATES:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be between 0 and 1, got {value}")
+                raise BadSetting(name, f"{name} must be between 0 and 1, got {value}")
         if self.latency_ms < 0:
-            raise ValueError(f"latency_ms must be >= 0, got {self.latency_ms}")
+            raise BadSetting("latency_ms", f"latency_ms must be >= 0, got {self.latency_ms}")
+        for name in _COUNTS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise BadSetting(name, f"{name} must be an integer >= 0, got {value!r}")
+        size = self.max_page_size
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise BadSetting("max_page_size", f"max_page_size must be an integer >= 1 (or null), got {size!r}")
+        if not isinstance(self.refuse_system_filters, bool):
+            raise BadSetting("refuse_system_filters", f"refuse_system_filters must be true or false, got {self.refuse_system_filters!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise BadSetting("seed", f"seed must be an integer (or null), got {self.seed!r}")
         object.__setattr__(self, "_rng", random.Random(self.seed))
+
+    def replace(self, changes: Mapping[str, Any]) -> Faults:
+        """These settings with `changes` (field names) applied; `BadSetting` naming a bad one.
+
+        The dice roll on from where they were, unless `changes` sets a new `seed`.
+        """
+        known = {f.name for f in dataclasses.fields(self) if f.init}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise BadSetting(unknown[0], f"unknown fault setting {unknown[0]!r}; settings: {sorted(known)}")
+        new = dataclasses.replace(self, **changes)
+        if "seed" not in changes:
+            object.__setattr__(new, "_rng", self._rng)
+        return new
+
+    def settings(self) -> dict[str, Any]:
+        """Every setting by name, as ``PUT /v1/_faults`` takes them."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+
+    @property
+    def disturbs_reads(self) -> bool:
+        return bool(self.delete_on_read or self.insert_on_read)
 
     def hit(self, rate: float) -> bool:
         """True with probability `rate`."""
         return rate > 0.0 and self._rng.random() < rate
+
+
+def disturb_read(faults: Faults, storage: Storage, table: TableDef, query: RowQuery) -> None:
+    """Before a page is served: delete rows the read has passed, and insert copies of rows.
+
+    Both go through the storage's normal writes, so offset marks are carried as for any write.
+    """
+    rng = faults._rng
+    if faults.delete_on_read and query.offset:
+        passed = storage.row_ids_before(query)
+        victims = rng.sample(passed, min(faults.delete_on_read, len(passed)))
+        if victims:
+            storage.delete_rows(table, victims)
+    if faults.insert_on_read:
+        count = storage.row_count(table.id)
+        if count:
+            copies = [storage.row_fields(table, rng.randrange(count)) for _ in range(faults.insert_on_read)]
+            storage.insert_rows(table, [table.check_create(f) for f in copies if f is not None])

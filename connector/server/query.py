@@ -110,9 +110,19 @@ class RowQuery:
         ]
 
 
-def parse(table: TableDef, params: Mapping[str, str]) -> RowQuery:
-    """Validate `limit`, `offset`, `sort`, `order` and `filter`; 400 naming the parameter."""
-    limit = min(_natural(params, "limit", DEFAULT_LIMIT), MAX_LIMIT)
+def parse(
+    table: TableDef,
+    params: Mapping[str, str],
+    *,
+    max_limit: int = MAX_LIMIT,
+    system_filters: bool = True,
+) -> RowQuery:
+    """Validate `limit`, `offset`, `sort`, `order` and `filter`; 400 naming the parameter.
+
+    `max_limit` and `system_filters` are for faults: a server with smaller pages, or one
+    that refuses filters on `id`, `created_at` and `updated_at` (field "filter").
+    """
+    limit = min(_natural(params, "limit", DEFAULT_LIMIT), max_limit)
     offset = _natural(params, "offset", 0)
     order = params.get("order", "asc")
     if order not in ("asc", "desc"):
@@ -124,7 +134,7 @@ def parse(table: TableDef, params: Mapping[str, str]) -> RowQuery:
         offset=offset,
         keys=_order_keys(table, sort),
         descending=order == "desc",
-        conditions=_conditions(table, params.get("filter")),
+        conditions=_conditions(table, params.get("filter"), system_filters=system_filters),
     )
 
 
@@ -164,7 +174,7 @@ def _order_keys(table: TableDef, sort: str) -> tuple[str, ...]:
     return (f"coalesce({_cell(target)}, {_EMPTY_SORTS_AS})", "created_at", "id")
 
 
-def _conditions(table: TableDef, raw: str | None) -> tuple[Condition, ...]:
+def _conditions(table: TableDef, raw: str | None, *, system_filters: bool) -> tuple[Condition, ...]:
     if raw is None or raw.strip() == "":
         return ()
     try:
@@ -178,6 +188,8 @@ def _conditions(table: TableDef, raw: str | None) -> tuple[Condition, ...]:
         target = _target(table, key)
         if target is None:
             raise invalid(key, f"cannot filter on {key!r}: no such column; columns: {table.names()}")
+        if isinstance(target, str) and not system_filters:
+            raise invalid("filter", f"this server cannot filter on the system field {key!r}")
         if not isinstance(ops, dict) or not ops:
             raise invalid(key, f'filter on {key!r} must be an object like {{"eq": value}} or {{"gt": value}}')
         for op, value in ops.items():

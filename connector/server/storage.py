@@ -289,6 +289,27 @@ class Storage:
                 total = cached
         return Page([r[:4] for r in found], total)
 
+    def row_ids_before(self, query: RowQuery) -> list[str]:
+        """Ids of the rows before `query.offset`, in its order and filter: what a read passed.
+
+        For the read faults (`faults.disturb_read`): a plain scan, its cost grows with the offset.
+        """
+        ((sql, params),) = query.segments(None, exact=True)
+        with self._read() as db:
+            return [r[0] for r in db.execute(f"{sql} LIMIT ?", [*params, query.offset])]
+
+    def row_count(self, table_id: str) -> int:
+        found = self._db.execute("SELECT row_count FROM tables WHERE id = ?", (table_id,)).fetchone()
+        return int(found[0]) if found else 0
+
+    def row_fields(self, table: TableDef, position: int) -> dict[str, Any] | None:
+        """The `fields` of the row at `position` in creation order, or None past the end."""
+        found = self._db.execute(
+            "SELECT fields FROM rows WHERE table_id = ? ORDER BY created_at, id LIMIT 1 OFFSET ?",
+            (table.id, position),
+        ).fetchone()
+        return None if found is None else dict(orjson.loads(found[0]))
+
     def _ensure_sort_index(self, table: TableDef, query: RowQuery) -> None:
         """Index a user-column order once the table is big enough for scans to hurt."""
         ddl = query.sort_index()

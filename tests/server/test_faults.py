@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Iterator
 
@@ -97,3 +98,185 @@ def test_a_streamed_body_over_the_limit_is_refused(server: RunningServer) -> Non
         assert response.status_code == 413
         assert response.json()["error"]["code"] == "BAD_REQUEST"
         assert client.get(f"/tables/{table}/rows").json()["total"] == 0
+
+
+# -- faults that change a table while it is read ------------------------------------------
+
+
+def stored_ids(running: RunningServer, table_id: str, **params: str) -> list[str]:
+    """Ids in the order of `params` (sort/order/filter), read straight from a fresh storage."""
+    with contextlib.closing(Storage(str(running.db_path))) as storage:
+        table = storage.table(table_id)
+        assert table is not None
+        q = parse(table, {"limit": "1000", **params})
+        return [r["id"] for r in storage.list_rows(table, q).rows]
+
+
+def people_table(running: RunningServer, rows: int) -> tuple[str, list[str]]:
+    table = running.create_table(PEOPLE)
+    statuses = ["Active", "Inactive"]
+    made = running.insert_rows(
+        table, [{"Name": f"p{i:03}", "Status": statuses[i % 2], "Age": i} for i in range(rows)]
+    )
+    return table, [r["id"] for r in made]
+
+
+def test_delete_on_read_deletes_only_rows_before_the_offset(server_factory: ServerFactory) -> None:
+    running = server_factory(delete_on_read=3, seed=1)
+    table, ids = people_table(running, 100)
+    with running.client() as client:
+        first = client.get(f"/tables/{table}/rows", params={"limit": 10, "offset": 0})
+        assert first.status_code == 200 and len(first.json()["rows"]) == 10
+        assert running.row_count(table) == 100, "nothing sorts before offset 0"
+        page = client.get(f"/tables/{table}/rows", params={"limit": 10, "offset": 50}).json()
+    left = stored_ids(running, table)
+    gone = set(ids) - set(left)
+    assert len(gone) == 3 and gone <= set(ids[:50])
+    assert page["total"] == 97
+    assert [r["id"] for r in page["rows"]] == left[50:60], "the page is served after the deletes"
+
+
+def test_delete_on_read_follows_the_requested_order_and_filter(server_factory: ServerFactory) -> None:
+    running = server_factory(delete_on_read=5, seed=2)
+    table, ids = people_table(running, 100)
+    active = {"Status": {"eq": "Active"}}
+    with running.client() as client:
+        params = {"limit": 5, "offset": 10, "order": "desc", "filter": json.dumps(active)}
+        assert client.get(f"/tables/{table}/rows", params=params).status_code == 200
+    gone = set(ids) - set(stored_ids(running, table))
+    newest_active = [i for n, i in enumerate(ids) if n % 2 == 0][::-1][:10]
+    assert len(gone) == 5 and gone <= set(newest_active)
+
+
+def test_delete_on_read_deletes_no_more_than_the_rows_passed(server_factory: ServerFactory) -> None:
+    running = server_factory(delete_on_read=10, seed=3)
+    table, ids = people_table(running, 20)
+    with running.client() as client:
+        assert client.get(f"/tables/{table}/rows", params={"limit": 5, "offset": 2}).status_code == 200
+    assert set(ids) - set(stored_ids(running, table)) == set(ids[:2])
+
+
+def test_insert_on_read_adds_valid_copies_of_existing_rows(server_factory: ServerFactory) -> None:
+    running = server_factory(insert_on_read=4, seed=4)
+    table, ids = people_table(running, 30)
+    with running.client() as client:
+        page = client.get(f"/tables/{table}/rows", params={"limit": 100}).json()
+        assert page["total"] == 34 and len(page["rows"]) == 34
+        again = client.get(f"/tables/{table}/rows", params={"limit": 100}).json()
+    assert again["total"] == 38 and running.row_count(table) == 38
+    originals = {r["fields"]["Name"]: r["fields"] for r in page["rows"] if r["id"] in ids}
+    copies = [r for r in again["rows"] if r["id"] not in ids]
+    assert len(copies) == 8
+    for row in copies:
+        assert row["fields"] == originals[row["fields"]["Name"]]
+
+
+def test_insert_on_read_leaves_an_empty_table_empty(server_factory: ServerFactory) -> None:
+    running = server_factory(insert_on_read=2)
+    table = running.create_table(PEOPLE)
+    with running.client() as client:
+        assert client.get(f"/tables/{table}/rows").json()["rows"] == []
+    assert running.row_count(table) == 0
+
+
+def test_pages_stay_exact_across_read_faults(server_factory: ServerFactory) -> None:
+    """The faults write through storage, so the offset marks a read seeks by move with them:
+    every page served equals a cold scan of the table as it then was."""
+    running = server_factory(delete_on_read=2, insert_on_read=1, seed=5)
+    table, _ = people_table(running, 200)
+    with running.client() as client:
+        for sort, order in [("created_at", "asc"), ("id", "asc"), ("created_at", "desc"), ("Age", "asc")]:
+            for offset in range(0, 150, 20):
+                params = {"limit": "20", "offset": str(offset), "sort": sort, "order": order}
+                page = client.get(f"/tables/{table}/rows", params=params).json()
+                cold = stored_ids(running, table, sort=sort, order=order)
+                assert [r["id"] for r in page["rows"]] == cold[offset : offset + 20], (sort, order, offset)
+
+
+def test_max_page_size_clamps_the_limit_and_reports_it(server_factory: ServerFactory) -> None:
+    running = server_factory(max_page_size=50)
+    table, _ = people_table(running, 120)
+    with running.client() as client:
+        page = client.get(f"/tables/{table}/rows", params={"limit": 1000}).json()
+        assert page["limit"] == 50 and len(page["rows"]) == 50 and page["total"] == 120
+        default = client.get(f"/tables/{table}/rows").json()
+        assert default["limit"] == 50 and len(default["rows"]) == 50
+        small = client.get(f"/tables/{table}/rows", params={"limit": 7}).json()
+        assert small["limit"] == 7 and len(small["rows"]) == 7
+
+
+@pytest.mark.parametrize("field", ["id", "created_at", "updated_at"])
+def test_refuse_system_filters_answers_400_with_field_filter(server_factory: ServerFactory, field: str) -> None:
+    running = server_factory(refuse_system_filters=True)
+    table, _ = people_table(running, 10)
+    with running.client() as client:
+        refused = client.get(f"/tables/{table}/rows", params={"filter": json.dumps({field: {"gt": ""}})})
+        assert refused.status_code == 400
+        error = refused.json()["error"]
+        assert error["code"] == "VALIDATION_ERROR" and error["field"] == "filter"
+        sorted_page = client.get(f"/tables/{table}/rows", params={"sort": field, "order": "desc"})
+        assert sorted_page.status_code == 200 and len(sorted_page.json()["rows"]) == 10
+        by_column = client.get(f"/tables/{table}/rows", params={"filter": json.dumps({"Age": {"gt": 4}})})
+        assert by_column.status_code == 200 and len(by_column.json()["rows"]) == 5
+
+
+def test_refuse_system_filters_still_filters_user_columns_named_like_them(server_factory: ServerFactory) -> None:
+    running = server_factory(refuse_system_filters=True)
+    table = running.create_table({"name": "T", "columns": [{"name": "id", "type": "text"}]})
+    running.insert_rows(table, [{"id": "a"}, {"id": "b"}])
+    with running.client() as client:
+        page = client.get(f"/tables/{table}/rows", params={"filter": json.dumps({"id": {"eq": "b"}})})
+    assert page.status_code == 200 and [r["fields"]["id"] for r in page.json()["rows"]] == ["b"]
+
+
+def test_fault_control_changes_faults_while_running(server_factory: ServerFactory) -> None:
+    running = server_factory(fault_control=True, fail_rate=1.0, seed=6)
+    table, _ = people_table(running, 40)
+    with running.client() as client:
+        assert client.get("/tables").status_code == 500
+        applied = running.set_faults(fail_rate=0, delete_on_read=2, max_page_size=10)
+        assert applied["fail_rate"] == 0 and applied["delete_on_read"] == 2 and applied["max_page_size"] == 10
+        assert applied["insert_on_read"] == 0 and applied["refuse_system_filters"] is False
+        page = client.get(f"/tables/{table}/rows", params={"limit": 100, "offset": 20}).json()
+        assert page["limit"] == 10 and running.row_count(table) == 38
+        running.set_faults(delete_on_read=0, max_page_size=None, refuse_system_filters=True)
+        assert client.get(f"/tables/{table}/rows", params={"limit": 100, "offset": 20}).json()["limit"] == 100
+        assert running.row_count(table) == 38
+        refused = client.get(f"/tables/{table}/rows", params={"filter": json.dumps({"id": {"gt": ""}})})
+        assert refused.status_code == 400 and refused.json()["error"]["field"] == "filter"
+        assert client.get("/_faults").json()["refuse_system_filters"] is True
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"no_such_fault": 1}, "no_such_fault"),
+        ({"fail_rate": 2}, "fail_rate"),
+        ({"delete_on_read": -1}, "delete_on_read"),
+        ({"insert_on_read": 1.5}, "insert_on_read"),
+        ({"max_page_size": 0}, "max_page_size"),
+        ({"refuse_system_filters": "yes"}, "refuse_system_filters"),
+        ({"latency_ms": "slow"}, "latency_ms"),
+    ],
+)
+def test_fault_control_refuses_unknown_names_and_bad_values(
+    server_factory: ServerFactory, body: dict[str, object], field: str
+) -> None:
+    running = server_factory(fault_control=True)
+    with running.client() as client:
+        before = client.get("/_faults").json()
+        response = client.put("/_faults", json=body)
+        assert response.status_code == 400
+        assert response.json()["error"]["code"] == "VALIDATION_ERROR"
+        assert response.json()["error"]["field"] == field
+        assert client.get("/_faults").json() == before, "a refused change changes nothing"
+
+
+def test_fault_control_needs_the_flag_and_a_key(server_factory: ServerFactory) -> None:
+    plain = server_factory()
+    with plain.client() as client:
+        assert client.put("/_faults", json={"delete_on_read": 1}).status_code == 404
+    controlled = server_factory(fault_control=True)
+    assert httpx.put(f"{controlled.base_url}/_faults", json={"delete_on_read": 1}).status_code == 401
+    with pytest.raises(RuntimeError, match="404"):
+        plain.set_faults(delete_on_read=1)
