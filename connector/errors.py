@@ -1,12 +1,17 @@
-"""Every error the connector raises, grouped by what the caller does next.
+"""Every error and warning the connector raises, grouped by what the caller does next.
 
     ConnectorError                  root: catch this to catch everything we raise
     ├── ConfigError                 fix the configuration or the command line  (exit 2)
-    │   └── TableNotFound           no table by that id or name; close matches listed
+    │   ├── TableNotFound           no table by that id or name; close matches listed
+    │   └── DeleteGuard             a mirror would delete too much: raise the limit to go on
     ├── InputError                  fix the source data; nothing was written   (exit 1)
-    │   └── (push.validate.ValidationReport carries the offending rows)
+    │   ├── SourceError             the file cannot be read as a table (format, sheet, header)
+    │   └── ValidationReport        every bad header and cell, with its spreadsheet row
+    ├── PlanError                   plan again: the table changed since the plan  (exit 1)
+    ├── ExtractionError             the table changed too fast to read; run again (exit 1)
+    ├── JobLocked                   another run of the job holds its lock      (exit 75)
     ├── DestinationError            a file or database refused a load; old data kept (exit 1)
-    └── ApiError                    the API said no, or could not be reached
+    └── ApiError                    the API said no, or could not be reached   (exit 1)
         ├── AuthError               401: the key is missing or invalid
         ├── PermissionDenied        403: the key may not touch this table / write
         ├── NotFound                404: the table or row does not exist
@@ -15,32 +20,56 @@
         ├── RateLimited             429 after retries ran out           (retriable)
         ├── ServerError             5xx after retries ran out           (retriable)
         └── TransportError          connection failed or timed out      (retriable)
+            └── NotSent             the connection was never made: the request did not happen
 
-The transport's own exceptions never escape: they are wrapped and chained with ``from``.
-Messages never contain the API key.
+    ConnectorWarning (UserWarning)  root of our warnings: filter this to silence them all
+    ├── CellWarning                 a cell unreadable as its column's type was loaded as null
+    ├── UnknownColumnTypeWarning    a column type we do not know is read as text
+    └── SkippedTableWarning         a table the key may not read was left out
+
+The exit codes are `ExitCode`, the one table every command uses. The transport's own
+exceptions never escape: they are wrapped and chained with ``from``. Messages never contain
+the API key. The reference server (`connector.server`) shares nothing with this tree.
+
+This module imports nothing heavy (no pandas, no pyarrow): the CLI imports it first.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import IntEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from connector.push.validate import Problem
 
 __all__ = [
     "ApiError",
     "ApiValidationError",
     "AuthError",
     "BadRequest",
+    "CellWarning",
     "ConfigError",
     "ConnectorError",
+    "ConnectorWarning",
+    "DeleteGuard",
     "DestinationError",
     "ExitCode",
+    "ExtractionError",
     "InputError",
+    "JobLocked",
     "NotFound",
+    "NotSent",
     "PermissionDenied",
+    "PlanError",
     "RateLimited",
     "ServerError",
+    "SkippedTableWarning",
+    "SourceError",
     "TableNotFound",
     "TransportError",
+    "UnknownColumnTypeWarning",
+    "ValidationReport",
 ]
 
 
@@ -89,8 +118,46 @@ class TableNotFound(ConfigError):
         self.suggestions = tuple(suggestions)
 
 
+class DeleteGuard(ConfigError):
+    """A mirror would delete more rows than allowed; raise the limit explicitly to proceed."""
+
+
 class InputError(ConnectorError):
     """Source data (a spreadsheet, a frame) is invalid; nothing was written."""
+
+
+class SourceError(InputError):
+    """The source file cannot be read as a table (malformed, wrong format, missing sheet)."""
+
+
+class ValidationReport(InputError):
+    """Every problem found in a source; raised before any write, so nothing was written.
+
+    `problems` are `connector.push.validate.Problem`s: each names its row, column and value.
+    """
+
+    def __init__(self, source: str, problems: Sequence[Problem]) -> None:
+        self.source = source
+        self.problems = tuple(problems)
+        rows = {p.row for p in self.problems if p.row is not None}
+        head = (
+            f"{source}: {len(self.problems)} problem(s) in {len(rows)} row(s); nothing was written"
+        )
+        super().__init__("\n  ".join([head, *map(str, self.problems)]))
+
+
+class PlanError(ConnectorError):
+    """The table cannot be diffed by this key, or a saved plan no longer matches the table."""
+
+
+class ExtractionError(ConnectorError):
+    """The table changed so much during the read that it could not be repaired; run again."""
+
+
+class JobLocked(ConnectorError):
+    """Another run of the same job is in progress; this one did nothing."""
+
+    exit_code = ExitCode.LOCKED
 
 
 class DestinationError(ConnectorError):
@@ -166,3 +233,26 @@ class TransportError(ApiError):
     """The server could not be reached, or the connection broke mid-request."""
 
     retriable = True
+
+
+class NotSent(TransportError):
+    """The connection was never made, so the request certainly did not happen."""
+
+
+# -- warnings -------------------------------------------------------------------------------
+
+
+class ConnectorWarning(UserWarning):
+    """Root of the warnings the connector issues."""
+
+
+class CellWarning(ConnectorWarning):
+    """A cell could not be read as its column's type; it was loaded as null."""
+
+
+class UnknownColumnTypeWarning(ConnectorWarning):
+    """A column has a type this connector does not know; it is read as text."""
+
+
+class SkippedTableWarning(ConnectorWarning):
+    """A table was left out of an all-tables read because the key may not read it."""

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from connector.errors import UnknownColumnTypeWarning
+
 if TYPE_CHECKING:
     import pandas as pd
     import sqlalchemy as sa
@@ -43,10 +45,6 @@ META_TABLE_NAME = b"connector.table_name"
 META_COLUMN_TYPE = b"connector.type"
 META_OPTIONS = b"connector.options"
 META_SYSTEM = b"connector.system"
-
-
-class UnknownColumnTypeWarning(UserWarning):
-    """A column has a type this connector does not know; it is read as text."""
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Self
 from connector.api import DEFAULT_PAGE_SIZE, Client
 from connector.api.client import Filter
 from connector.api.models import TableSummary
-from connector.errors import NotFound, PermissionDenied
+from connector.errors import NotFound, PermissionDenied, SkippedTableWarning
 from connector.extract import DEFAULT_CONCURRENCY, Extraction
 from connector.schema import Table
 from connector.tables import resolve_table, table_not_found
@@ -23,11 +23,7 @@ from connector.tables import resolve_table, table_not_found
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["SkippedTableWarning", "Workspace"]
-
-
-class SkippedTableWarning(UserWarning):
-    """A table was left out of an all-tables read because the key may not read it."""
+__all__ = ["Workspace"]
 
 
 class Workspace:

@@ -9,11 +9,11 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from connector.errors import UnknownColumnTypeWarning
 from connector.schema import (
     TYPES,
     Column,
     Table,
-    UnknownColumnTypeWarning,
     arrow_schema,
     column_type,
     frame_from_arrow,

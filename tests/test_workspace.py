@@ -12,8 +12,7 @@ from click.testing import CliRunner
 
 from connector import Client, Workspace
 from connector.cli import main
-from connector.errors import ConfigError, PermissionDenied, TableNotFound
-from connector.workspace import SkippedTableWarning
+from connector.errors import ConfigError, PermissionDenied, SkippedTableWarning, TableNotFound
 from tests.fixtures.server import RunningServer
 
 ORDERS: dict[str, Any] = {

@@ -13,20 +13,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from connector.errors import ConnectorError
+from connector.errors import ExitCode, JobLocked
 
 __all__ = ["EXIT_LOCKED", "JobLocked", "job_lock"]
 
-#: Exit code when another run holds the lock (EX_TEMPFAIL: "try again later").
-EXIT_LOCKED = 75
+#: Kept until tests/jobs/test_state_and_lock.py imports `ExitCode.LOCKED` instead.
+EXIT_LOCKED = ExitCode.LOCKED
 
 _POLL_SECONDS = 0.05
-
-
-class JobLocked(ConnectorError):
-    """Another run of the same job is in progress; this one did nothing."""
-
-    exit_code = EXIT_LOCKED
 
 
 @contextmanager

@@ -18,10 +18,10 @@ import orjson
 import pandas as pd
 
 from connector.api import MAX_BULK_ROWS
-from connector.errors import ConfigError, ConnectorError
+from connector.errors import ConfigError, DeleteGuard, PlanError, ValidationReport
 from connector.push.coerce import coerce_column, same_values, wire_values
 from connector.push.live import Live
-from connector.push.validate import Key, Prepared, Problem, ValidationReport
+from connector.push.validate import Key, Prepared, Problem
 from connector.schema import Column, Table
 
 __all__ = [
@@ -45,14 +45,6 @@ MODES: tuple[Mode, ...] = ("insert", "update", "upsert", "mirror")
 #: A mirror may delete at most this share of the table unless the user raises it.
 DEFAULT_MAX_DELETE_RATIO = 0.2
 PLAN_FORMAT = 1
-
-
-class PlanError(ConnectorError):
-    """The table cannot be diffed by this key, or a saved plan no longer matches the table."""
-
-
-class DeleteGuard(ConfigError):
-    """A mirror would delete more rows than allowed; raise the limit explicitly to proceed."""
 
 
 @dataclass(frozen=True)

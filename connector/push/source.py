@@ -21,17 +21,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from connector.errors import InputError
+from connector.errors import SourceError
 
 __all__ = ["Source", "SourceError", "read_source"]
 
 #: Delimiters the CSV sniffer may choose between.
 CSV_DELIMITERS = ",;\t|"
 _SNIFF_CHARS = 64 * 1024
-
-
-class SourceError(InputError):
-    """The source file cannot be read as a table (malformed, wrong format, missing sheet)."""
 
 
 @dataclass(frozen=True)

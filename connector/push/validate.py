@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from connector.errors import ConfigError, InputError
+from connector.errors import ConfigError, ValidationReport
 from connector.push.coerce import coerce_column
 from connector.push.source import Source
 from connector.schema import Column, Table
@@ -70,19 +70,6 @@ class Problem:
         if self.value is not None:
             where.append(f"value {_show(self.value)}")
         return f"{', '.join(where)}: {self.message}" if where else self.message
-
-
-class ValidationReport(InputError):
-    """Every problem found in a source; raised before any write, so nothing was written."""
-
-    def __init__(self, source: str, problems: Sequence[Problem]) -> None:
-        self.source = source
-        self.problems = tuple(problems)
-        rows = {p.row for p in self.problems if p.row is not None}
-        head = (
-            f"{source}: {len(self.problems)} problem(s) in {len(rows)} row(s); nothing was written"
-        )
-        super().__init__("\n  ".join([head, *map(str, self.problems)]))
 
 
 @dataclass(frozen=True)

@@ -7,22 +7,20 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from connector.errors import ConfigError
+from connector.errors import ConfigError, DeleteGuard, PlanError, ValidationReport
 from connector.push.coerce import coerce_column
 from connector.push.live import Live
 from connector.push.plan import (
     Create,
     Delete,
-    DeleteGuard,
     Plan,
-    PlanError,
     Update,
     check_current,
     check_delete_guard,
     make_plan,
 )
 from connector.push.source import Source
-from connector.push.validate import Key, ValidationReport, validate
+from connector.push.validate import Key, validate
 from connector.schema import Column, Table
 
 TABLE = Table(

@@ -11,7 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from connector.push.source import SourceError, read_source
+from connector.errors import SourceError
+from connector.push.source import read_source
 
 
 def write(path: Path, text: str, *, bom: bool = False, encoding: str = "utf-8") -> Path:

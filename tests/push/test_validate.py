@@ -5,9 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from connector.errors import ConfigError, InputError
+from connector.errors import ConfigError, InputError, ValidationReport
 from connector.push.source import Source
-from connector.push.validate import Key, ValidationReport, validate
+from connector.push.validate import Key, validate
 from connector.schema import Column, Table
 
 TABLE = Table(
