@@ -9,13 +9,10 @@ so memory stays flat however large the table.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import operator
-import queue
-import threading
 import warnings
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -24,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Client
+from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, AsyncClient, Client
 from connector.api.client import Filter
 from connector.api.models import Row
 from connector.api.paging import Cells, ExtractionError, PageReader, split_rows
@@ -56,12 +53,15 @@ class CellWarning(UserWarning):
 class Extraction:
     """One table read: iterate for record batches, or take it all with `to_pandas()`.
 
-    Iterating again reads the table again. `resumes` counts the repairs of the last read.
+    With a `Client`, iterate (``for``) or call `to_arrow` / `to_pandas`: the read runs on
+    the client's engine, a batch at a time. From async code (`Client.aio`, an `AsyncClient`)
+    use ``async for``. Iterating again reads the table again. `resumes` counts the repairs
+    of the last read.
     """
 
     def __init__(
         self,
-        client: Client,
+        client: Client | AsyncClient,
         table: Table,
         *,
         columns: Sequence[str] | None = None,
@@ -83,7 +83,26 @@ class Extraction:
         self._concurrency = concurrency
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
-        yield from _pages_here(self) if _no_running_loop() else _pages_in_thread(self)
+        if not isinstance(self._client, Client):
+            raise ConfigError(
+                "an Extraction made with an AsyncClient is read with `async for`; "
+                "pass a Client to iterate it from blocking code"
+            )
+        return self._client.stream(self)
+
+    async def __aiter__(self) -> AsyncIterator[pa.RecordBatch]:
+        """The batches, read by the async core on the running loop. Pages are fetched ahead
+        while the consumer works on a batch (up to twice `concurrency` batches wait)."""
+        batches: asyncio.Queue[_Item] = asyncio.Queue(self._concurrency * 2)
+        task = asyncio.ensure_future(_fetch_all(self, batches.put))
+        try:
+            while (item := await batches.get()) is not None:
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     def cast(self, rows: Sequence[Row]) -> pa.RecordBatch:
         """Rows read some other way (another order, say) typed exactly as this read types them."""
@@ -99,7 +118,7 @@ class Extraction:
 
 
 def read_batches(
-    client: Client,
+    client: Client | AsyncClient,
     table: Table,
     *,
     columns: Sequence[str] | None = None,
@@ -138,19 +157,11 @@ def _exact_filter(table: Table, filter: Filter | None) -> dict[str, Mapping[str,
     return exact
 
 
-# --- fetching: an event loop in this thread, or in a helper thread under a running loop ------
+# --- fetching: the page reader on the async core, batches handed to the consumer ----------
 
 #: What the fetching side hands the consuming side: batches, then None at the end, or the error.
 _Item: TypeAlias = "pa.RecordBatch | Exception | None"
 _Put: TypeAlias = Callable[[_Item], Awaitable[None]]
-
-
-def _no_running_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return True
-    return False
 
 
 async def _fetch_all(extraction: Extraction, put: _Put) -> None:
@@ -167,20 +178,20 @@ async def _fetch_all(extraction: Extraction, put: _Put) -> None:
             await put(batch)
 
     try:
-        async with extraction._client.async_twin() as client:
-            reader = PageReader(
-                client,
-                extraction.table,
-                fields=[c.name for c in extraction.columns],
-                filter=extraction._filter,
-                page_size=extraction._page_size,
-                concurrency=extraction._concurrency,
-                emit=gather,
-            )
-            try:
-                await reader.read()
-            finally:
-                extraction.resumes = reader.resumes
+        client = _core(extraction._client)
+        reader = PageReader(
+            client,
+            extraction.table,
+            fields=[c.name for c in extraction.columns],
+            filter=extraction._filter,
+            page_size=extraction._page_size,
+            concurrency=extraction._concurrency,
+            emit=gather,
+        )
+        try:
+            await reader.read()
+        finally:
+            extraction.resumes = reader.resumes
         if pending[0]:
             await put(cast.from_cells(pending))
     except Exception as exc:  # handed over, raised on the consuming side
@@ -189,69 +200,8 @@ async def _fetch_all(extraction: Extraction, put: _Put) -> None:
     await put(None)
 
 
-def _pages_here(extraction: Extraction) -> Iterator[pa.RecordBatch]:
-    """Drives an event loop in this thread between batches: no thread hand-offs.
-
-    While the consumer works on a batch the loop is paused, but the server goes on answering
-    the requests already sent; their answers are read when the consumer asks for more.
-    """
-    loop = asyncio.new_event_loop()
-    pages: asyncio.Queue[_Item] = asyncio.Queue(extraction._concurrency * 2)
-    task = loop.create_task(_fetch_all(extraction, pages.put))
-    try:
-        while (item := loop.run_until_complete(pages.get())) is not None:
-            if isinstance(item, Exception):
-                raise item
-            yield item
-    finally:
-        task.cancel()
-        loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
-        loop.close()
-
-
-def _pages_in_thread(extraction: Extraction) -> Iterator[pa.RecordBatch]:
-    """Runs the event loop in a helper thread, for callers already inside one (notebooks)."""
-    pages: queue.Queue[_Item] = queue.Queue(extraction._concurrency * 2)
-    stopped = threading.Event()
-    started = threading.Event()
-    running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[None]]] = []
-
-    async def put(item: _Item) -> None:
-        while True:
-            try:
-                pages.put_nowait(item)
-                return
-            except queue.Full:
-                if stopped.is_set():
-                    raise asyncio.CancelledError from None
-                await asyncio.sleep(0.002)
-
-    async def main() -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        running.append((asyncio.get_running_loop(), task))
-        started.set()
-        await _fetch_all(extraction, put)
-
-    thread = threading.Thread(
-        target=lambda: asyncio.run(main()), name="connector-extract", daemon=True
-    )
-    thread.start()
-    try:
-        while (item := pages.get()) is not None:
-            if isinstance(item, Exception):
-                raise item
-            yield item
-    finally:
-        stopped.set()
-        started.wait()
-        loop, task = running[0]
-        with contextlib.suppress(RuntimeError):  # the loop may have finished already
-            loop.call_soon_threadsafe(task.cancel)
-        while thread.is_alive():
-            with contextlib.suppress(queue.Empty):  # unblocks a put waiting on a full queue
-                pages.get(timeout=0.05)
-        thread.join()
+def _core(client: Client | AsyncClient) -> AsyncClient:
+    return client.aio if isinstance(client, Client) else client
 
 
 # --- typing: API cells into Arrow arrays ---------------------------------------------------
@@ -278,7 +228,7 @@ class _Caster:
         return split_rows(rows, self._names)
 
     def batch(self, rows: Sequence[Row]) -> pa.RecordBatch:
-        """`Row`s (say from `Client.pages` in another order) as one batch of the schema."""
+        """`Row`s (say read in another order) as one batch of the schema."""
         return self.from_cells(
             [
                 [r.id for r in rows],

@@ -1,10 +1,22 @@
-"""The HTTP client: one method per endpoint, one request path, one page generator.
+"""The HTTP client: one method per endpoint, one request path, one async core.
 
-`Client` and its async twin `AsyncClient` share everything but the I/O: an endpoint method
-describes its request as a `_Call` (what to send, which answers are fine, how to read the
-body, whether a replay is safe); `_send` is the only place that talks to httpx, paces the
-request through the key's `RateLimiter`, retries per the `RetryPolicy`, and turns every
-failure into one of `connector.errors`. httpx's exceptions never escape.
+`AsyncClient` is the engine: an endpoint method describes its request as a `_Call` (what to
+send, which answers are fine, how to read the body, whether a replay is safe); `_send` is
+the only place that talks to httpx, paces the request through the key's `RateLimiter`,
+retries per the `RetryPolicy`, and turns every failure into one of `connector.errors`.
+httpx's exceptions never escape.
+
+`Client` is the blocking facade for scripts and notebooks: it holds ONE `AsyncClient` (so
+one transport, one rate limiter, one retry policy) and an `Engine` that runs each blocking
+call as one coroutine of that core on the client's own event loop (see `connector.api.engine`).
+Library code that needs more than one call in one operation runs its own coroutine with
+`Client.run`, drives an async generator with `Client.stream`, and reaches the core as
+`Client.aio`.
+
+A transport passed to either client is used by every request: an async one
+(`httpx.AsyncBaseTransport`, e.g. `httpx.ASGITransport`, `httpx.MockTransport`) as is, a
+sync-only one (`httpx.BaseTransport`, e.g. `httpx.WSGITransport`) through its public
+`handle_request`, called on the loop (a sync transport blocks while it answers).
 
 Where `API.md` leaves a choice open, every alternative in DESIGN.md's table is accepted:
 200 or 201 on create, 200-with-row or 204 on update, ``{"rows": [...]}`` or a bare array on
@@ -18,8 +30,17 @@ import email.utils
 import json
 import os
 import time
+import urllib.request
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from operator import itemgetter
 from types import TracebackType
@@ -29,6 +50,7 @@ from urllib.parse import urlencode
 import httpx
 import orjson
 
+from connector.api.engine import Engine
 from connector.api.limits import DEFAULT_PAGE_SIZE, MAX_BULK_ROWS
 from connector.api.models import Row, RowPage, TableSummary
 from connector.api.ratelimit import RateLimiter, limiter_for
@@ -40,6 +62,7 @@ from connector.errors import (
     BadRequest,
     ConfigError,
     NotFound,
+    NotSent,
     PermissionDenied,
     RateLimited,
     ServerError,
@@ -47,7 +70,7 @@ from connector.errors import (
 )
 from connector.schema import Table
 
-__all__ = ["AsyncClient", "Client", "Filter", "NotSent"]
+__all__ = ["AsyncClient", "Client", "Filter"]
 
 T = TypeVar("T")
 
@@ -59,10 +82,6 @@ ENV_BASE_URL = "CONNECTOR_BASE_URL"
 ENV_API_KEY = "CONNECTOR_API_KEY"
 #: The longest Retry-After we honour; a server asking for more gets this.
 MAX_RETRY_AFTER = 60.0
-
-
-class NotSent(TransportError):
-    """The connection was never made, so the request certainly did not happen."""
 
 
 @dataclass(frozen=True)
@@ -249,7 +268,7 @@ def _retry_after(response: httpx.Response) -> float | None:
 
 
 class _Settings:
-    """What both clients share: where, who (kept secret), and how to turn answers into values."""
+    """Where, who (kept secret), and how to turn answers into values."""
 
     def __init__(
         self,
@@ -363,12 +382,14 @@ class _Settings:
         )
 
 
-class Client(_Settings):
-    """A synchronous client for one workspace. Use it as a context manager, or `close()` it.
+class Client:
+    """A blocking client for one workspace. Use it as a context manager, or `close()` it.
 
     `base_url` (ending in ``/v1``) and `api_key` default to ``CONNECTOR_BASE_URL`` and
-    ``CONNECTOR_API_KEY``. `transport` is the test seam (an httpx transport);
-    `limiter` defaults to the one shared by every client of this key in the process.
+    ``CONNECTOR_API_KEY``. `transport` is the test seam (an httpx transport, sync or async),
+    used by every read and write; `limiter` defaults to the one shared by every client of
+    this key in the process. Each method is one call of the async core (`aio`), run on this
+    client's event loop.
     """
 
     def __init__(
@@ -378,12 +399,16 @@ class Client(_Settings):
         *,
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
-        transport: httpx.BaseTransport | None = None,
+        transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
         limiter: RateLimiter | None = None,
     ) -> None:
-        super().__init__(base_url, api_key, timeout, retry, limiter)
-        self._transport = transport
-        self._http = httpx.Client(transport=transport, timeout=timeout, headers=self._headers())
+        self._aio = AsyncClient(
+            base_url, api_key, timeout=timeout, retry=retry, transport=transport, limiter=limiter
+        )
+        self._engine = Engine()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(base_url={self.base_url!r})"
 
     def __enter__(self) -> Self:
         return self
@@ -392,53 +417,54 @@ class Client(_Settings):
         self.close()
 
     def close(self) -> None:
-        self._http.close()
+        """Closes the connections and stops the client's event loop (and helper thread)."""
+        self._engine.close(self._aio.aclose())
 
-    def async_twin(self) -> AsyncClient:
-        """An `AsyncClient` with the same settings and the same rate limiter."""
-        transport = self._transport if isinstance(self._transport, httpx.AsyncBaseTransport) else None
-        return AsyncClient(
-            self.base_url,
-            self._api_key,
-            timeout=self.timeout,
-            retry=self.retry,
-            transport=transport,
-            limiter=self.limiter,
-        )
+    @property
+    def aio(self) -> AsyncClient:
+        """The async core every call goes through: await it inside `run` or `stream`."""
+        return self._aio
 
-    def _send(self, call: _Call[T]) -> T:
-        """The one request path: pace, send, retry what is safe, map failures to our errors."""
-        started = time.monotonic()
-        try:  # the first try outside tenacity, whose bookkeeping would cost more than it
-            return self._try(call, replay=False)
-        except ApiError as exc:
-            if not call.replayable(exc):
-                raise
-            failed = exc
-        for attempt in self.retry.after(time.monotonic() - started).retrying(call.replayable):
-            with attempt:
-                if attempt.retry_state.attempt_number == 1:
-                    raise failed  # that first try, as tenacity's first attempt
-                return self._try(call, replay=True)
-        raise AssertionError("unreachable: tenacity reraises the last failure")
+    @property
+    def base_url(self) -> str:
+        return self._aio.base_url
 
-    def _try(self, call: _Call[T], *, replay: bool) -> T:
-        wait = self.limiter.reserve()
-        if wait > 0:
-            time.sleep(wait)
-        try:
-            response = self._http.send(self._request(self._http, call))
-        except httpx.HTTPError as exc:
-            raise self._transport_error(exc, call) from exc
-        return self._finish(call, response, replay)
+    @property
+    def timeout(self) -> float:
+        return self._aio.timeout
+
+    @property
+    def retry(self) -> RetryPolicy:
+        return self._aio.retry
+
+    @property
+    def limiter(self) -> RateLimiter:
+        return self._aio.limiter
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Runs one operation written against `aio` (a coroutine) to completion, blocking.
+
+        No thread hop where the calling thread runs no event loop; inside one (a notebook)
+        it runs on the client's helper thread. Do not call blocking methods of this client
+        from inside `coro`: await `aio`'s instead.
+        """
+        return self._engine.run(coro)
+
+    def stream(self, items: AsyncIterable[T]) -> Iterator[T]:
+        """An async iterable (an async generator reading with `aio`) as a blocking iterator.
+
+        Items are produced one at a time as the consumer asks; when the consumer stops early
+        the generator is closed on the client's loop, so nothing keeps reading behind it.
+        """
+        return self._engine.stream(items)
 
     def list_tables(self) -> list[TableSummary]:
         """Every table the key may read."""
-        return self._send(_list_tables())
+        return self.run(self._aio.list_tables())
 
     def get_table(self, table_id: str) -> Table:
         """A table's schema: its name and column definitions."""
-        return self._send(_get_table(table_id))
+        return self.run(self._aio.get_table(table_id))
 
     def list_rows(
         self,
@@ -451,8 +477,10 @@ class Client(_Settings):
         filter: Filter | None = None,
     ) -> RowPage:
         """One page of rows; the page reports the limit the server actually applied."""
-        return self._send(
-            _list_rows(table_id, limit=limit, offset=offset, sort=sort, order=order, filter=filter)
+        return self.run(
+            self._aio.list_rows(
+                table_id, limit=limit, offset=offset, sort=sort, order=order, filter=filter
+            )
         )
 
     def pages(
@@ -465,39 +493,86 @@ class Client(_Settings):
         filter: Filter | None = None,
     ) -> Iterator[RowPage]:
         """Every page in an explicit order, advancing by the applied limit, to a short page."""
-        offset = 0
-        while True:
-            page = self.list_rows(
-                table_id, limit=page_size, offset=offset, sort=sort, order=order, filter=filter
-            )
-            yield page
-            offset = page.offset + page.limit
-            if _last_page(page, filtered=bool(filter)):
-                return
+        return self.stream(
+            self._aio.pages(table_id, page_size=page_size, sort=sort, order=order, filter=filter)
+        )
 
     def create_row(self, table_id: str, fields: Mapping[str, Any]) -> Row:
         """Creates one row. Not replayed after an ambiguous failure (it may have happened)."""
-        return self._send(_create_row(table_id, fields))
+        return self.run(self._aio.create_row(table_id, fields))
 
     def update_row(self, table_id: str, row_id: str, fields: Mapping[str, Any]) -> Row | None:
         """Sets the given fields; returns the row, or None when the server answers 204."""
-        return self._send(_update_row(table_id, row_id, fields))
+        return self.run(self._aio.update_row(table_id, row_id, fields))
 
     def delete_row(self, table_id: str, row_id: str) -> None:
         """Deletes one row."""
-        self._send(_delete_row(table_id, row_id))
+        self.run(self._aio.delete_row(table_id, row_id))
 
     def create_rows(self, table_id: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
         """Creates up to `MAX_BULK_ROWS` rows in ONE request; rows come back in order."""
-        return self._send(_create_rows(table_id, rows))
+        return self.run(self._aio.create_rows(table_id, rows))
 
     def delete_rows(self, table_id: str, row_ids: Sequence[str]) -> None:
         """Deletes up to `MAX_BULK_ROWS` rows in ONE request."""
-        self._send(_delete_rows(table_id, row_ids))
+        self.run(self._aio.delete_rows(table_id, row_ids))
+
+
+#: Connections kept to the server (a read keeps a few pages in flight, a push up to 8 writes).
+CONNECTION_LIMITS = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+
+
+def _proxies_in_environment() -> bool:
+    """Whether the environment names a proxy httpx would use (it reads the same variables)."""
+    proxies = urllib.request.getproxies()
+    return any(proxies.get(scheme) for scheme in ("http", "https", "all"))
+
+
+def _async_transport(transport: httpx.BaseTransport | httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
+    """The transport as the async core uses it: an async one as is, a sync one adapted."""
+    if isinstance(transport, httpx.AsyncBaseTransport):
+        return transport
+    if isinstance(transport, httpx.BaseTransport) or hasattr(transport, "handle_request"):
+        return _SyncTransport(transport)
+    raise ConfigError(
+        f"transport must be an httpx transport (sync or async), not {type(transport).__name__}"
+    )
+
+
+class _SyncTransport(httpx.AsyncBaseTransport):
+    """A sync-only transport (`httpx.WSGITransport`, a custom one) for the async core.
+
+    Called through its public `handle_request`, on the event loop: it blocks the loop while
+    it answers, as a sync transport blocks its caller. The body is read fully before the
+    answer is handed on (still encoded: the core decodes it as from any transport).
+    """
+
+    def __init__(self, inner: httpx.BaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = self._inner.handle_request(request)
+        try:
+            raw = b"".join(response.iter_raw())
+        finally:
+            response.close()
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=httpx.ByteStream(raw),
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        self._inner.close()
 
 
 class AsyncClient(_Settings):
-    """The async twin of `Client`: same constructor, same methods, awaited."""
+    """The async core: `Client`'s constructor and methods, awaited.
+
+    Use it directly from async code (``async with AsyncClient() as client``); a `Client`
+    holds one and exposes it as `Client.aio`.
+    """
 
     def __init__(
         self,
@@ -506,15 +581,24 @@ class AsyncClient(_Settings):
         *,
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
         limiter: RateLimiter | None = None,
     ) -> None:
         super().__init__(base_url, api_key, timeout, retry, limiter)
-        self._http = httpx.AsyncClient(
-            transport=transport,
+        #: Where requests go straight to; None: through `httpx.AsyncClient.send`, which
+        #: picks the proxy the environment names (HTTP_PROXY, NO_PROXY...) as httpx does.
+        self._transport: httpx.AsyncBaseTransport | None
+        if transport is not None:
+            self._transport = _async_transport(transport)
+        elif _proxies_in_environment():
+            self._transport = None
+        else:
+            self._transport = httpx.AsyncHTTPTransport(limits=CONNECTION_LIMITS, trust_env=True)
+        self._http = httpx.AsyncClient(  # owns the transport: `aclose` closes it
+            transport=self._transport,
             timeout=timeout,
             headers=self._headers(),
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
+            limits=CONNECTION_LIMITS,
         )
 
     async def __aenter__(self) -> Self:
@@ -529,9 +613,9 @@ class AsyncClient(_Settings):
         await self._http.aclose()
 
     async def _send(self, call: _Call[T]) -> T:
-        """The one async request path; the same steps as `Client._send`."""
+        """The one request path: pace, send, retry what is safe, map failures to our errors."""
         started = time.monotonic()
-        try:
+        try:  # the first try outside tenacity, whose bookkeeping would cost more than it
             return await self._try(call, replay=False)
         except ApiError as exc:
             if not call.replayable(exc):
@@ -557,10 +641,16 @@ class AsyncClient(_Settings):
         return self._finish(call, response, replay)
 
     async def _exchange(self, request: httpx.Request) -> httpx.Response:
-        """`httpx.AsyncClient.send` without what we never use (auth flows, redirects, cookie
-        jar, event hooks): its cookie extraction alone cost ~5% of a fast extraction's CPU.
-        The transport is the one `send` would pick (mounted proxies included); read fully."""
-        response = await self._http._transport_for_url(request.url).handle_async_request(request)
+        """Sends `request` and reads the answer fully.
+
+        Straight through the transport's public `handle_async_request`: `httpx.AsyncClient.send`
+        adds what we never use (auth flows, redirects, cookie jar, event hooks), and its cookie
+        extraction alone cost ~5% of a fast extraction's CPU. Only where the environment names
+        a proxy does the request take `send`, so httpx routes it exactly as it would for us.
+        """
+        if self._transport is None:
+            return await self._http.send(request)
+        response = await self._transport.handle_async_request(request)
         response.request = request
         try:
             await response.aread()

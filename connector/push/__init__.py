@@ -6,18 +6,18 @@
       -> apply      bulk creates, PATCHes of changed cells, bulk deletes (`PushResult`)
 
 `push` does it all in one call; `apply` applies a plan saved earlier, after checking that the
-rows it touches have not changed since.
+rows it touches have not changed since. Each is one coroutine on the client's async core
+(`Client.aio`), run on the client's engine (`Client.run`): reads, writes and re-reads share
+its one transport, rate limiter and retry policy, with no thread or loop in between.
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import cast
 
 import pandas as pd
 
@@ -64,8 +64,6 @@ __all__ = [
     "push",
 ]
 
-T = TypeVar("T")
-
 
 def push(
     client: Client,
@@ -94,8 +92,10 @@ def push(
     if mode not in MODES:
         raise ConfigError(f"--mode {mode!r}: choose one of {', '.join(MODES)}")
     _check_concurrency(concurrency)
-    return _run(_push(
-        client, source, table=table, key=key, mode=mode, dry_run=dry_run, sheet=sheet,
+    started = time.perf_counter()
+    data: Source = read_source(source, sheet=sheet)  # a bad file fails before any request
+    return client.run(_push(
+        client.aio, data, started, table=table, key=key, mode=mode, dry_run=dry_run,
         max_delete_ratio=max_delete_ratio, allow_delete=allow_delete, plan_out=plan_out,
         rejects=rejects, concurrency=concurrency, progress=progress,
     ))
@@ -117,18 +117,18 @@ def apply(
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read the plan ({exc.strerror})") from None
     _check_concurrency(concurrency)
-    return _run(_apply_saved(client, plan, rejects, concurrency, progress))
+    return client.run(_apply_saved(client.aio, plan, rejects, concurrency, progress))
 
 
 async def _push(
-    client: Client,
-    source: str | Path | pd.DataFrame,
+    client: AsyncClient,
+    data: Source,
+    started: float,
     *,
     table: str | Table,
     key: str | Sequence[str],
     mode: str,
     dry_run: bool,
-    sheet: str | None,
     max_delete_ratio: float | None,
     allow_delete: int | None,
     plan_out: str | Path | None,
@@ -136,45 +136,41 @@ async def _push(
     concurrency: int,
     progress: bool | None,
 ) -> PushResult:
-    started = time.perf_counter()
-    data: Source = read_source(source, sheet=sheet)  # a bad file fails before any request
-    async with client.async_twin() as aclient:
-        schema = table if isinstance(table, Table) else await _resolve(aclient, table)
-        parsed = Key.parse(key, schema)
-        prepared = validate(data, schema, parsed, mode=mode)
-        live = await read_live_async(client, schema)
-        plan = make_plan(prepared, live, cast(Mode, mode))
-        if plan_out is None and dry_run:
-            return PushResult(plan, dry_run=True, seconds=time.perf_counter() - started)
-        check_delete_guard(plan, max_delete_ratio=max_delete_ratio, allow_delete=allow_delete)
-        if plan_out is not None:
-            _write_plan(Path(plan_out), plan)
-            return PushResult(plan, dry_run=True, seconds=time.perf_counter() - started)
-        result = await _apply(client, aclient, plan, rejects, concurrency, progress)
+    schema = table if isinstance(table, Table) else await _resolve(client, table)
+    parsed = Key.parse(key, schema)
+    prepared = validate(data, schema, parsed, mode=mode)
+    live = await read_live_async(client, schema)
+    plan = make_plan(prepared, live, cast(Mode, mode))
+    if plan_out is None and dry_run:
+        return PushResult(plan, dry_run=True, seconds=time.perf_counter() - started)
+    check_delete_guard(plan, max_delete_ratio=max_delete_ratio, allow_delete=allow_delete)
+    if plan_out is not None:
+        _write_plan(Path(plan_out), plan)
+        return PushResult(plan, dry_run=True, seconds=time.perf_counter() - started)
+    result = await _apply(client, plan, rejects, concurrency, progress)
     return replace(result, seconds=time.perf_counter() - started)
 
 
 async def _apply_saved(
-    client: Client, plan: Plan, rejects: str | Path | None, concurrency: int,
+    client: AsyncClient, plan: Plan, rejects: str | Path | None, concurrency: int,
     progress: bool | None,
 ) -> PushResult:
     started = time.perf_counter()
-    async with client.async_twin() as aclient:
-        current = await aclient.get_table(plan.table.id)
-        live = await read_live_async(client, current)
-        check_current(plan, live)
-        result = await _apply(client, aclient, plan, rejects, concurrency, progress)
+    current = await client.get_table(plan.table.id)
+    live = await read_live_async(client, current)
+    check_current(plan, live)
+    result = await _apply(client, plan, rejects, concurrency, progress)
     return replace(result, seconds=time.perf_counter() - started)
 
 
 async def _apply(
-    client: Client, aclient: AsyncClient, plan: Plan, rejects: str | Path | None,
-    concurrency: int, progress: bool | None,
+    client: AsyncClient, plan: Plan, rejects: str | Path | None, concurrency: int,
+    progress: bool | None,
 ) -> PushResult:
     if plan.is_empty:
         return PushResult(plan)
     with progress_bar(f"push {plan.table.name}", plan.requests, enabled=progress) as bar:
-        result = await apply_plan(client, aclient, plan, concurrency=concurrency, bar=bar)
+        result = await apply_plan(client, plan, concurrency=concurrency, bar=bar)
     if rejects is not None and result.rejected:
         write_rejects(rejects, result.rejected, plan.table.column_names)
     return result
@@ -207,12 +203,3 @@ def _write_plan(path: Path, plan: Plan) -> None:
     with atomic_path(path) as temp:
         temp.write_bytes(plan.to_json())
 
-
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run `coro` to completion, also from code already inside an event loop (notebooks)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()

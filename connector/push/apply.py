@@ -26,7 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from connector.api import MAX_BULK_ROWS, AsyncClient, Client
+from connector.api import MAX_BULK_ROWS, AsyncClient
 from connector.errors import ApiValidationError, NotFound, ServerError, TransportError
 from connector.load.atomic import atomic_path
 from connector.progress import Progress
@@ -89,8 +89,7 @@ class PushResult:
 
 
 async def apply_plan(
-    client: Client,
-    aclient: AsyncClient,
+    client: AsyncClient,
     plan: Plan,
     *,
     concurrency: int = DEFAULT_CONCURRENCY,
@@ -98,9 +97,10 @@ async def apply_plan(
 ) -> PushResult:
     """Send `plan`'s writes (creates, then updates, then deletes) and count what happened.
 
-    `client` reads the table when a failure must be resolved; `aclient` sends the writes.
+    Everything, re-reads after ambiguous failures included, is awaited on `client` (a
+    `Client`'s async core, `Client.aio`) in this one coroutine.
     """
-    run = _Run(client, aclient, plan, asyncio.Semaphore(concurrency), bar)
+    run = _Run(client, plan, asyncio.Semaphore(concurrency), bar)
     started = time.perf_counter()
     creates = list(plan.creates)
     ids = [d.id for d in plan.deletes]
@@ -124,14 +124,12 @@ class _Run:
 
     def __init__(
         self,
-        client: Client,
-        aclient: AsyncClient,
+        client: AsyncClient,
         plan: Plan,
         slots: asyncio.Semaphore,
         bar: Progress | None,
     ) -> None:
         self.client = client
-        self.aclient = aclient
         self.plan = plan
         self.table_id = plan.table.id
         self.slots = slots
@@ -154,7 +152,7 @@ class _Run:
         for attempt in range(MAX_RECOVERIES + 1):
             try:
                 rows = [c.fields for c in batch]
-                await self.send(partial(self.aclient.create_rows, self.table_id, rows))
+                await self.send(partial(self.client.create_rows, self.table_id, rows))
             except ApiValidationError as exc:
                 await self._bisect(batch, exc)
                 return
@@ -187,7 +185,7 @@ class _Run:
     async def update(self, update: Update) -> None:
         try:
             await self.send(
-                partial(self.aclient.update_row, self.table_id, update.id, update.fields)
+                partial(self.client.update_row, self.table_id, update.id, update.fields)
             )
         except ApiValidationError as exc:
             self._reject(update.row, update.id, update.fields, exc)
@@ -200,7 +198,7 @@ class _Run:
     async def delete(self, ids: list[str]) -> None:
         for attempt in range(MAX_RECOVERIES + 1):
             try:
-                await self.send(partial(self.aclient.delete_rows, self.table_id, ids))
+                await self.send(partial(self.client.delete_rows, self.table_id, ids))
             except NotFound:
                 # All or nothing: some id is gone already (an unanswered earlier try, or
                 # someone else). Delete the ones still there.

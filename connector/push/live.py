@@ -3,17 +3,17 @@
 A push never trusts a stored snapshot: it reads the live table (with `connector.extract`,
 which repairs offset shifts when others write during the read) just before planning, again
 before applying a saved plan, and again to find out what an ambiguous bulk create did.
+Inside a push the read is awaited on the client's async core, in the push's own coroutine.
 """
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 
 import pandas as pd
 import pyarrow as pa
 
-from connector.api import MAX_PAGE_SIZE, Client
+from connector.api import MAX_PAGE_SIZE, AsyncClient, Client
 from connector.extract import Extraction
 from connector.push.coerce import canonical_dtype
 from connector.schema import Table
@@ -47,15 +47,14 @@ class Live:
 
 def read_live(client: Client, table: Table) -> Live:
     """Read every row of `table` now (pages of the API's maximum size, a few in flight)."""
-    extraction = Extraction(
-        client, table, page_size=MAX_PAGE_SIZE, concurrency=READ_CONCURRENCY
-    )
-    return Live.from_arrow(table, extraction.to_arrow())
+    return client.run(read_live_async(client.aio, table))
 
 
-async def read_live_async(client: Client, table: Table) -> Live:
-    """`read_live` from async code, without blocking the event loop."""
-    return await asyncio.to_thread(read_live, client, table)
+async def read_live_async(client: AsyncClient, table: Table) -> Live:
+    """`read_live` from async code: the same read, awaited on the running loop."""
+    extraction = Extraction(client, table, page_size=MAX_PAGE_SIZE, concurrency=READ_CONCURRENCY)
+    batches = [batch async for batch in extraction]
+    return Live.from_arrow(table, pa.Table.from_batches(batches, schema=extraction.schema))
 
 
 def _canonical(values: pa.ChunkedArray, dtype: str) -> pd.Series:

@@ -9,8 +9,7 @@ import httpx
 import pytest
 
 from connector.api import Client, RateLimiter, RetryPolicy
-from connector.api.client import NotSent
-from connector.errors import ApiError, NotFound, RateLimited, ServerError, TransportError
+from connector.errors import ApiError, NotFound, NotSent, RateLimited, ServerError, TransportError
 
 ROW = {"id": "row_1", "fields": {}, "created_at": "2024-01-01T00:00:00Z",
        "updated_at": "2024-01-01T00:00:00Z"}

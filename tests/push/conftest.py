@@ -43,9 +43,6 @@ class Counting(httpx.AsyncBaseTransport):
             self.calls[f"{request.method} {kind}"] += 1
         return await self.inner.handle_async_request(request)
 
-    def close(self) -> None:
-        """The sync `Client` closes its transport too; an in-process app holds nothing."""
-
     @property
     def writes(self) -> int:
         return sum(n for k, n in self.calls.items() if not k.startswith("GET"))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import csv
 from pathlib import Path
 
@@ -101,20 +100,11 @@ def test_multi_column_key(inproc: InProcess, mode: str) -> None:
 
 
 def _table(env: InProcess, table_id: str) -> Table:
-    async def get() -> Table:
-        async with env.client().async_twin() as aclient:
-            return await aclient.get_table(table_id)
-
-    return asyncio.run(get())
+    return env.client().get_table(table_id)
 
 
 def _apply(env: InProcess, table_id: str, creates: tuple[Create, ...]) -> PushResult:
     client = env.client()
     plan = Plan(_table(env, table_id), Key(("Name",)), "insert", "s.csv", len(creates), 0,
                 creates=creates)
-
-    async def run() -> PushResult:
-        async with client.async_twin() as aclient:
-            return await apply_plan(client, aclient, plan)
-
-    return asyncio.run(run())
+    return client.run(apply_plan(client.aio, plan))
