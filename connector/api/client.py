@@ -34,7 +34,6 @@ import urllib.request
 from collections import deque
 from collections.abc import (
     AsyncIterable,
-    AsyncIterator,
     Callable,
     Coroutine,
     Iterator,
@@ -483,20 +482,6 @@ class Client:
             )
         )
 
-    def pages(
-        self,
-        table_id: str,
-        *,
-        page_size: int = DEFAULT_PAGE_SIZE,
-        sort: str = "created_at",
-        order: Literal["asc", "desc"] = "asc",
-        filter: Filter | None = None,
-    ) -> Iterator[RowPage]:
-        """Every page in an explicit order, advancing by the applied limit, to a short page."""
-        return self.stream(
-            self._aio.pages(table_id, page_size=page_size, sort=sort, order=order, filter=filter)
-        )
-
     def create_row(self, table_id: str, fields: Mapping[str, Any]) -> Row:
         """Creates one row. Not replayed after an ambiguous failure (it may have happened)."""
         return self.run(self._aio.create_row(table_id, fields))
@@ -678,25 +663,6 @@ class AsyncClient(_Settings):
             _list_rows(table_id, limit=limit, offset=offset, sort=sort, order=order, filter=filter)
         )
 
-    async def pages(
-        self,
-        table_id: str,
-        *,
-        page_size: int = DEFAULT_PAGE_SIZE,
-        sort: str = "created_at",
-        order: Literal["asc", "desc"] = "asc",
-        filter: Filter | None = None,
-    ) -> AsyncIterator[RowPage]:
-        offset = 0
-        while True:
-            page = await self.list_rows(
-                table_id, limit=page_size, offset=offset, sort=sort, order=order, filter=filter
-            )
-            yield page
-            offset = page.offset + page.limit
-            if _last_page(page, filtered=bool(filter)):
-                return
-
     async def create_row(self, table_id: str, fields: Mapping[str, Any]) -> Row:
         return await self._send(_create_row(table_id, fields))
 
@@ -714,9 +680,3 @@ class AsyncClient(_Settings):
     async def delete_rows(self, table_id: str, row_ids: Sequence[str]) -> None:
         await self._send(_delete_rows(table_id, row_ids))
 
-
-def _last_page(page: RowPage, *, filtered: bool) -> bool:
-    """A short or empty page ends the read; so does the total, when no filter makes it doubtful."""
-    if len(page.rows) < page.limit:
-        return True
-    return not filtered and page.total is not None and page.offset + len(page.rows) >= page.total

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 
@@ -10,6 +11,7 @@ import pytest
 
 from connector.api import Client, RateLimiter, RetryPolicy
 from connector.errors import ApiError, NotFound, NotSent, RateLimited, ServerError, TransportError
+from tests.fixtures.server import ServerFactory
 
 ROW = {"id": "row_1", "fields": {}, "created_at": "2024-01-01T00:00:00Z",
        "updated_at": "2024-01-01T00:00:00Z"}
@@ -157,3 +159,32 @@ def test_a_body_that_is_not_json_is_a_server_error() -> None:
     handler, _ = scripted(httpx.Response(200, text="<html>proxy error</html>"))
     with client_for(handler, RetryPolicy.off()) as client, pytest.raises(ServerError, match="not JSON"):
         client.list_tables()
+
+
+def test_retry_after_is_honoured_against_the_real_server(server_factory: ServerFactory) -> None:
+    """The reference server's throttling fault answers 429 with ``Retry-After: 1``; the next
+    try waits at least that second (backoff alone would be milliseconds) and then succeeds."""
+    server = server_factory(throttle_rate=0.5, seed=1)  # seed 1: the very first request is a 429
+    answers: list[tuple[float, float, int]] = []  # (sent, answered, status)
+
+    class Timed(httpx.BaseTransport):
+        def __init__(self) -> None:
+            self.inner = httpx.HTTPTransport()
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            sent = time.monotonic()
+            response = self.inner.handle_request(request)
+            answers.append((sent, time.monotonic(), response.status_code))
+            return response
+
+    limiter = RateLimiter()
+    with Client(server.base_url, server.api_key, transport=Timed(), limiter=limiter,
+                retry=RetryPolicy(initial_backoff=0.001, max_backoff=0.01)) as client:
+        for _ in range(3):
+            assert client.list_tables() == []
+    statuses = [status for _, _, status in answers]
+    assert statuses.count(429) >= 1 and limiter.throttled == statuses.count(429)
+    assert statuses.count(200) == 3 and statuses[-1] == 200
+    for (_, answered, status), (sent, _, _) in itertools.pairwise(answers):
+        if status == 429:
+            assert sent - answered >= 0.99  # the loop's clock may wake a hair early

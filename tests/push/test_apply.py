@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from connector.errors import DeleteGuard
 from connector.push import PushResult, apply, push
 from connector.push.apply import apply_plan
 from connector.push.plan import Create, Plan
@@ -108,3 +109,20 @@ def _apply(env: InProcess, table_id: str, creates: tuple[Create, ...]) -> PushRe
     plan = Plan(_table(env, table_id), Key(("Name",)), "insert", "s.csv", len(creates), 0,
                 creates=creates)
     return client.run(apply_plan(client.aio, plan))
+
+
+@pytest.mark.parametrize("ratio", [None, 0.2])  # 20% is also the default
+def test_the_delete_guard_at_a_non_integer_boundary(inproc: InProcess, ratio: float | None) -> None:
+    """20% of 13 rows is 2.6: a mirror may delete 2 rows, and 3 is refused with nothing written."""
+    table_id = inproc.create_table(PEOPLE)
+    inproc.insert(table_id, people(13))
+    client = inproc.client()
+    three_gone = pd.DataFrame(people(10)).astype(str)
+    with pytest.raises(DeleteGuard, match=r"would delete 3 of 13 rows .* the limit is 2"):
+        push(client, three_gone, table="People", key="Name", mode="mirror", max_delete_ratio=ratio)
+    assert inproc.transport.writes == 0 and len(inproc.rows(table_id)) == 13
+
+    two_gone = pd.DataFrame(people(11)).astype(str)
+    result = push(client, two_gone, table="People", key="Name", mode="mirror", max_delete_ratio=ratio)
+    assert result.deleted == 2
+    assert sorted(r["fields"]["Name"] for r in inproc.rows(table_id)) == sorted(f"n{i}" for i in range(11))

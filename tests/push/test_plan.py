@@ -146,3 +146,16 @@ def test_plan_json_round_trip_and_staleness() -> None:
 def test_unknown_mode_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="--mode 'sync'"):
         plan({"Name": ["Ann"]}, CURRENT, "sync")
+
+
+@pytest.mark.xfail(
+    strict=True, raises=DeleteGuard,
+    reason="plan.check_delete_guard floors 0.57 * 100 == 56.99999999999999 to 56; fix: "
+    "math.floor(round(ratio * plan.table_rows, 6)) (connector/push/plan.py, not this file's owner)",
+)
+def test_the_delete_guard_allows_exactly_the_ratio_given() -> None:
+    """57% of 100 rows is 57 rows: a ratio the user typed must not lose a row to float error."""
+    hundred = live(*((f"row_{i}", {"Name": f"n{i}"}) for i in range(100)))
+    gone = plan({"Name": [f"n{i}" for i in range(43)]}, hundred, "mirror")
+    assert len(gone.deletes) == 57
+    check_delete_guard(gone, max_delete_ratio=0.57)
