@@ -40,6 +40,12 @@ __all__ = ["describe_event", "sync"]
     show_default=True,
     help="Seconds to wait for another run of the same job to finish before giving up.",
 )
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Read every row, compare it with each merging destination, repair what differs "
+    "(missing, different, extra rows) and report it. See also sync.verify_every.",
+)
 @click.pass_context
 def sync(
     ctx: click.Context,
@@ -48,6 +54,7 @@ def sync(
     log_format: str,
     state_dir: Path | None,
     wait: float,
+    verify: bool,
 ) -> None:
     """Run the job in JOB_FILE: push its spreadsheets, then sync its tables.
 
@@ -56,8 +63,9 @@ def sync(
     environment variable the job names in source.api_key_env.
 
     \b
-    Exit codes: 0 ok · 1 failed · 2 bad job file or usage
-                3 partial (some tables or pushes failed or were skipped)
+    Exit codes: 0 ok · 1 failed (a table or push failed, or none could be read)
+                2 bad job file or usage
+                3 partial (tables skipped: the key may not read them; rows rejected)
                 75 another run of this job holds the lock (see --wait)
                 143 stopped by SIGTERM (cleanly: nothing half-written)
 
@@ -66,6 +74,7 @@ def sync(
       connector sync configs/demo.toml
       connector sync configs/nightly-warehouse.toml --log-format json --wait 600
       connector sync configs/demo.toml --dry-run
+      connector sync configs/demo.toml --verify
     """
     as_json = log_format == "json"
     report = _json_event if as_json else _text_event
@@ -75,7 +84,7 @@ def sync(
         job = load_job(job_file)
         if state_dir is not None:
             job = job.with_state_dir(state_dir)
-        summary = run_job(job, dry_run=dry_run, wait=wait, report=report)
+        summary = run_job(job, dry_run=dry_run, wait=wait, report=report, verify=verify)
     except ConnectorError as exc:
         if as_json:  # a scheduler still gets one parseable summary
             failure = {"job": job_file.stem, "status": "error", "exit_code": exc.exit_code}
@@ -130,10 +139,17 @@ def _table_line(t: dict[str, Any]) -> str:
         return f"{name} would read {t['rows_read']} rows ({t['read']})"
     if t["status"] == "unchanged":
         return f"{name} unchanged ({t['read']}, {t['seconds']:.1f}s)"
-    return (
+    line = (
         f"{name} {t['read']:<11} {t['rows_read']:>7} read {t['rows_written']:>7} written "
         f"{t['rows_deleted']:>5} deleted  {t['seconds']:.1f}s"
     )
+    if t.get("verified") is not None:
+        v = t["verified"]
+        line += (
+            f"\n  {'':<20} verified: {v['missing']} missing, {v['different']} different "
+            f"rewritten; {v['extra']} extra removed"
+        )
+    return line
 
 
 def _push_line(p: dict[str, Any]) -> str:
@@ -153,6 +169,13 @@ def _text_summary(summary: RunSummary) -> None:
     line = f"{summary.job}: {summary.status}"
     if summary.tables:
         line += f" — {len(summary.tables)} tables, {written} rows written, {deleted} deleted"
+    if summary.verified:
+        fixed = [t.verified for t in summary.tables if t.verified is not None]
+        line += (
+            f" — verified: {sum(v.missing for v in fixed)} missing, "
+            f"{sum(v.different for v in fixed)} different, {sum(v.extra for v in fixed)} extra "
+            "repaired"
+        )
     if summary.error:
         line += f" — {summary.error}"
     click.echo(line)

@@ -35,6 +35,7 @@ __all__ = [
     "TableSelection",
     "key_path",
     "load_job",
+    "one_shot_job",
 ]
 
 DEFAULT_KEY_ENV = "CONNECTOR_API_KEY"
@@ -115,16 +116,19 @@ class TableSelection:
 
 @dataclass(frozen=True)
 class Destination:
-    """A Parquet directory (one file per table) or a SQL database (one table per table)."""
+    """A Parquet or CSV directory (one file per table) or a SQL database (one table per table).
 
-    kind: Literal["parquet", "sql"]
-    target: str  # an absolute directory for parquet, a SQLAlchemy URL for sql
+    CSV directories come from `connector export --format csv` only: they are always replaced.
+    """
+
+    kind: Literal["parquet", "csv", "sql"]
+    target: str  # an absolute directory for parquet/csv, a SQLAlchemy URL for sql
     mode: WriteMode
     where: str  # the key path, for messages: ``destination[0]``
 
     def describe(self) -> str:
-        if self.kind == "parquet":
-            return f"parquet:{self.target}"
+        if self.kind in ("parquet", "csv"):
+            return f"{self.kind}:{self.target}"
         return _redact_url(self.target)
 
 
@@ -153,6 +157,11 @@ class Job:
     deletes: DeletePolicy
     state_dir: Path
     pushes: tuple[PushSpec, ...]
+    #: Every Nth run compares every row of each merging destination with the server and
+    #: repairs it (as ``connector sync --verify`` does); 0: only when asked.
+    verify_every: int = 0
+    #: A command's job (`export`, `load`): every table read in full, no state file, no lock.
+    one_shot: bool = False
 
     @property
     def state_path(self) -> Path:
@@ -164,6 +173,38 @@ class Job:
 
     def with_state_dir(self, state_dir: Path) -> Job:
         return replace(self, state_dir=state_dir.resolve())
+
+
+def one_shot_job(
+    command: str,
+    destination: Destination,
+    *,
+    tables: Sequence[str] = (),
+    base_url: str | None = None,
+    page_size: int = 100,
+    concurrency: int = 4,
+) -> Job:
+    """The job a command (`export`, `load`) runs: `tables` (default every one) read in full
+    into `destination`, with the URL and key from the usual environment variables."""
+    source = Source(
+        base_url=base_url.rstrip("/") if base_url else None,
+        base_url_env=DEFAULT_BASE_URL_ENV,
+        api_key_env=DEFAULT_KEY_ENV,
+        page_size=page_size,
+        concurrency=concurrency,
+    )
+    return Job(
+        path=Path(command),
+        name=command,
+        source=source,
+        tables=TableSelection(include=tuple(tables) or None),
+        destinations=(destination,),
+        incremental=False,
+        deletes="keep",
+        state_dir=Path.cwd(),
+        pushes=(),
+        one_shot=True,
+    )
 
 
 def load_job(path: str | os.PathLike[str]) -> Job:
@@ -286,6 +327,7 @@ class _Parser:
         incremental = sync.boolean("incremental", False)
         deletes = cast(DeletePolicy, sync.choice("deletes", DELETE_POLICIES, "delete"))
         state_dir_value = sync.string("state_dir")
+        verify_every = sync.integer("verify_every", 0, low=0, high=1_000_000)
         sync.done()
         destinations = self.destinations(top.get("destination"), incremental)
         pushes = self.pushes(top.get("push"))
@@ -304,6 +346,7 @@ class _Parser:
             deletes=deletes,
             state_dir=self.path(state_dir_value) if state_dir_value else self.base,
             pushes=pushes,
+            verify_every=verify_every,
         )
 
     def source(self, data: Any) -> Source:

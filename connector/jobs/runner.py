@@ -1,14 +1,65 @@
-"""Run a job: push its spreadsheets, then sync its tables into its destinations.
+"""Run a job: push its spreadsheets, then copy its tables into its destinations.
 
-One table at a time: read (everything, or only what changed since the cursor) into a local
-Arrow spool, work out which rows were deleted upstream, then write every destination, and
-only then advance that table's cursor in the state file. A failure leaves the destination
-and the state of that table as they were, and the run goes on with the next table.
+The one pipeline. `connector sync` runs a job file (scheduled: a state file with a cursor per
+table, a lock); `connector export` and `connector load` run a one-shot job built from their
+flags (`connector.jobs.config.one_shot_job`: every table read in full, no state, no lock).
+All share the table resolver, the sinks, `TableResult`, the statuses, `ExitCode` and the
+JSON summary (`RunSummary.to_dict`).
 
-Incremental reads filter ``updated_at`` ``gt`` the cursor; where a server refuses that
-filter, they read sorted by ``updated_at`` descending and stop at the cursor. Deleted rows
-are found cheaply: when the server's row count equals what the destination would hold,
-nothing was deleted; only otherwise is an id-only pass made over the table.
+One table at a time: read (everything, or what changed since the cursor) into a local Arrow
+spool, work out which rows were deleted upstream, write every destination, and only then
+advance that table's cursor in the state file. A failure leaves the destination and the
+state of that table as they were, and the run goes on with the next table; a bad key (401)
+stops the run. With one destination and nothing to merge (an export, a load, a replacing
+sync) the read streams straight into the destination instead: no spool.
+
+Reads. Every read goes through the one page reader (`connector.extract.Extraction`:
+overlap-checked, resuming after a shift), so no row that exists throughout a read is missed:
+
+- full: every row matching the job's filter;
+- incremental: rows with ``updated_at`` > the cursor. The next cursor S is the newest
+  ``updated_at`` asked *before* the read (one row, sorted by ``updated_at`` descending): a
+  row changed during the read gets a later timestamp, so the next run reads it again;
+- sorted fallback, where a server refuses filters on ``updated_at``: every matching row is
+  read (through the reader), the rows newer than the cursor are kept, and the ids of all of
+  them serve as the id pass. S is asked first as above (a sort, not a filter); where the
+  sort is refused too, the newest row read stands in and a note says so;
+- the id pass: ids only (``columns=[]``), in pages of 1000.
+
+Deletions. A full read (or the fallback) saw every id: a merging destination drops the ids
+it holds that the read did not see. An incremental read asks first whether anything was
+deleted at all. The destination will hold H = its ids plus the ids read. After the change
+read the run counts the server's matching rows (N), then reads the ids of rows with
+``updated_at`` > S again (R: rows created or changed since S, which the change read may have
+missed). Every row existing at the count with ``updated_at`` <= S is in H (it existed,
+unchanged, throughout the change read or an earlier run), every one newer than S that still
+exists at the end of the re-read is in R; so when |H ∪ R| = N, H ∪ R is exactly what existed
+at the count and nothing was deleted. Otherwise the id pass decides: a destination loses
+only ids the server did not list in a read during which every row present throughout was
+listed — never a row that exists upstream.
+
+The residual window of the count check: a row created or changed after S and deleted (or
+filtered out) between the count and the end of the re-read, in the very run where the
+destination holds a row deleted before the run began (the two balance). That row is then
+kept one run too long: the next run's counts differ and its id pass removes it. Runs with
+``--verify`` (or ``[sync] verify_every``) skip the count and compare every row.
+
+Requests of a quiet incremental run (nothing changed upstream), ``deletes`` delete or mark:
+
+    GET /tables                                                        once
+    per table:
+      GET /tables/{id}                                                 the schema
+      GET /tables/{id}/rows?limit=1&sort=updated_at&order=desc&filter={updated_at>cursor}  S
+      GET /tables/{id}/rows?limit=1[&filter=<job filter>]              the count N
+      GET /tables/{id}/rows?limit=<page>&offset=0&sort=created_at&order=asc
+          &filter={updated_at>cursor}                                  the re-read R (empty)
+
+that is 1 + 4 per table (1 + 2 with ``deletes = "keep"``); nothing is written.
+
+``--verify`` reads every row (and S before), compares a hash of each row's cells with each
+merging destination's rows, and writes only what differs: rows missing or different are
+rewritten, rows the server does not have are deleted (or marked). The counts per table are
+in the result (`TableResult.verified`).
 """
 
 from __future__ import annotations
@@ -31,30 +82,30 @@ import pyarrow.compute as pc
 from connector.api import MAX_PAGE_SIZE, Client
 from connector.errors import (
     ApiValidationError,
+    AuthError,
     BadRequest,
     ConfigError,
     ConnectorError,
+    ExitCode,
+    NotFound,
     PermissionDenied,
 )
 from connector.extract import Extraction, read_batches
 from connector.jobs.config import Job, PushSpec, key_path
-from connector.jobs.lock import job_lock
-from connector.jobs.sinks import Sink, open_sink
+from connector.jobs.sinks import Sink, no_ids, open_sink, target_names, unique_ids
 from connector.jobs.state import JobState, RunRecord, TableState, load_state, save_state
+from connector.progress import Progress, progress
 from connector.schema import Table, arrow_schema
 
 __all__ = [
-    "EXIT_FAILED",
-    "EXIT_OK",
-    "EXIT_PARTIAL",
     "PushResult",
     "Reporter",
     "RunSummary",
+    "Status",
     "TableResult",
+    "Verified",
     "run_job",
 ]
-
-EXIT_OK, EXIT_FAILED, EXIT_PARTIAL = 0, 1, 3
 
 #: The cursor of a table that was empty when synced: every row is newer.
 EPOCH = "1970-01-01T00:00:00.000000Z"
@@ -62,7 +113,25 @@ EPOCH = "1970-01-01T00:00:00.000000Z"
 #: Receives progress events: an event name and its fields (the CLI prints them).
 Reporter = Callable[..., None]
 
+#: What happened to a table or a push. ``unchanged``: nothing to write (incremental);
+#: ``planned``: a dry run; ``skipped``: the key may not read it (403).
 Status = Literal["ok", "unchanged", "planned", "skipped", "failed"]
+Read = Literal["full", "incremental", "verify", "none"]
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What a verifying run found wrong in the destinations (summed over them) and repaired:
+    rows missing or different rewritten, extra rows (the server has no such id) deleted."""
+
+    missing: int = 0
+    different: int = 0
+    extra: int = 0
+
+    def __add__(self, other: Verified) -> Verified:
+        return Verified(
+            self.missing + other.missing, self.different + other.different, self.extra + other.extra
+        )
 
 
 @dataclass(frozen=True)
@@ -72,12 +141,16 @@ class TableResult:
     table: str
     table_id: str
     status: Status
-    read: Literal["full", "incremental", "none"] = "none"
+    read: Read = "none"
     rows_read: int = 0
     rows_written: int = 0
     rows_deleted: int = 0
     error: str | None = None
     seconds: float = 0.0
+    #: Where the table went: a file per file destination, a table name per SQL one.
+    targets: tuple[str, ...] = ()
+    #: Set on a verifying run (``--verify``): what it found and repaired.
+    verified: Verified | None = None
 
 
 @dataclass(frozen=True)
@@ -94,11 +167,13 @@ class PushResult:
     error: str | None = None
     #: On a dry run, the plan as a person reads it (counts, a sample of each change).
     plan: str | None = None
+    #: Rows the server rejected (the push is then partial).
+    rejected: int = 0
 
 
 @dataclass(frozen=True)
 class RunSummary:
-    """The outcome of a run: what a scheduler reads (``--log-format json``)."""
+    """The outcome of a run: what a scheduler reads (``--log-format json``, ``--json``)."""
 
     job: str
     status: Literal["ok", "partial", "failed"]
@@ -106,14 +181,29 @@ class RunSummary:
     dry_run: bool
     started_at: str
     finished_at: str
-    state_file: str
+    #: None for a one-shot job (export, load): it keeps no state.
+    state_file: str | None
     destinations: list[str]
     tables: list[TableResult] = field(default_factory=list)
     pushes: list[PushResult] = field(default_factory=list)
     error: str | None = None
+    seconds: float = 0.0
+    verified: bool = False
+
+    def count(self, status: Status) -> int:
+        return sum(t.status == status for t in self.tables)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The JSON summary every command prints: the fields, and totals over the tables."""
+        out = asdict(self)
+        out["totals"] = {
+            "tables": len(self.tables),
+            **{s: self.count(s) for s in ("ok", "unchanged", "planned", "skipped", "failed")},
+            "rows_read": sum(t.rows_read for t in self.tables),
+            "rows_written": sum(t.rows_written for t in self.tables),
+            "rows_deleted": sum(t.rows_deleted for t in self.tables),
+        }
+        return out
 
 
 def run_job(
@@ -123,36 +213,60 @@ def run_job(
     wait: float = 0.0,
     report: Reporter | None = None,
     environ: Mapping[str, str] | None = None,
-    transport: httpx.BaseTransport | None = None,
+    transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
+    verify: bool = False,
+    show_progress: bool | None = False,
 ) -> RunSummary:
     """Run `job` once. Raises ConfigError / JobLocked before doing anything; API and
-    destination failures are reported in the summary (status failed or partial)."""
+    destination failures are reported in the summary (status failed or partial).
+
+    `verify` compares every row with the server and repairs (see the module docstring); a
+    job's ``verify_every`` turns it on every Nth run. `show_progress`: bars on stderr (None:
+    when it is a terminal).
+    """
     emit = report or _quiet
     try:
         base_url, key = job.source.resolve(environ)
     except ConfigError as exc:
-        raise ConfigError(f"{job.path}: {exc}") from None
-    started = _now()
-    lock = nullcontext() if dry_run else job_lock(job.lock_path, wait=wait, job=job.name)
+        raise (exc if job.one_shot else ConfigError(f"{job.path}: {exc}")) from None
+    started, began = _now(), time.monotonic()
+    stateful = not job.one_shot and not dry_run
+    if stateful:
+        from connector.jobs.lock import job_lock
+
+        lock: Any = job_lock(job.lock_path, wait=wait, job=job.name)
+    else:
+        lock = nullcontext()
     with lock:
-        state = load_state(job.state_path)
+        state = JobState() if job.one_shot else load_state(job.state_path)
+        if job.verify_every and state.runs_since_verify + 1 >= job.verify_every:
+            verify = True
         emit("start", job=job.name, dry_run=dry_run)
         pushes: list[PushResult] = []
         tables: list[TableResult] = []
         error: str | None = None
-        try:
-            with Client(base_url, key, transport=transport) as client:
-                run = _Sync(job, client, state, dry_run, emit) if job.destinations else None
-                chosen = run.choose() if run else None  # a bad filter stops even the pushes
+        run: _Run | None = None
+        with ExitStack() as stack:
+            sinks = [open_sink(d) for d in job.destinations]
+            for sink in sinks:
+                stack.callback(sink.close)
+            try:
+                if not dry_run:
+                    for sink in sinks:  # an unreachable database fails before any read
+                        sink.check()
+                client = stack.enter_context(Client(base_url, key, transport=transport))
+                run = _Run(job, client, state, sinks, dry_run, verify, emit, show_progress)
+                chosen = run.choose() if sinks else None  # a bad filter stops even the pushes
                 pushes = [_push(client, job, spec, dry_run, emit) for spec in job.pushes]
-                if run is not None and chosen is not None:
+                if chosen is not None:
                     tables = run.all_tables(chosen)
                     state = run.state
-        except ConfigError:
-            raise
-        except ConnectorError as exc:  # the workspace could not be listed at all
-            error = str(exc)
-            emit("error", error=error)
+            except ConfigError:
+                raise
+            except ConnectorError as exc:  # a bad key, an unreachable server or database
+                error = str(exc)
+                tables = list(run.results) if run is not None else []
+                emit("error", error=error)
         status, code = _outcome([*tables, *pushes], error)
         summary = RunSummary(
             job=job.name,
@@ -161,13 +275,15 @@ def run_job(
             dry_run=dry_run,
             started_at=started,
             finished_at=_now(),
-            state_file=str(job.state_path),
+            state_file=None if job.one_shot else str(job.state_path),
             destinations=[d.describe() for d in job.destinations],
             tables=tables,
             pushes=pushes,
             error=error,
+            seconds=round(time.monotonic() - began, 3),
+            verified=verify and not dry_run,
         )
-        if not dry_run:
+        if stateful:
             record = RunRecord(
                 started_at=summary.started_at,
                 finished_at=summary.finished_at,
@@ -175,7 +291,7 @@ def run_job(
                 rows_written=sum(t.rows_written for t in tables),
                 rows_deleted=sum(t.rows_deleted for t in tables),
             )
-            save_state(job.state_path, state.with_run(record))
+            save_state(job.state_path, state.with_run(record, verified=summary.verified))
         emit(
             "finish",
             **{k: v for k, v in summary.to_dict().items() if k not in ("tables", "pushes")},
@@ -186,72 +302,127 @@ def run_job(
 def _outcome(
     results: Sequence[TableResult | PushResult], error: str | None
 ) -> tuple[Literal["ok", "partial", "failed"], int]:
-    bad = [r for r in results if r.status in ("failed", "skipped")]
-    if error is not None or (bad and len(bad) == len(results)):
-        return "failed", EXIT_FAILED
-    if bad:
-        return "partial", EXIT_PARTIAL
-    return "ok", EXIT_OK
+    """One rule for every command: failed (1) when the run could not go on, a table or push
+    failed, or nothing at all could be read; partial (3) when tables were skipped (403) or
+    the server rejected rows of a push; else ok (0)."""
+    rejected = [r for r in results if isinstance(r, PushResult) and r.rejected]
+    failed = [r for r in results if r.status == "failed" and r not in rejected]
+    skipped = [r for r in results if r.status == "skipped"]
+    if error is not None or failed or (skipped and len(skipped) == len(results)):
+        return "failed", ExitCode.FAILED
+    if skipped or rejected:
+        return "partial", ExitCode.PARTIAL
+    return "ok", ExitCode.OK
 
 
 @dataclass
 class _Chosen:
-    """What a run will sync: tables with their filters, and those already skipped or failed."""
+    """What a run will copy: tables with their filters (and names in the destinations)."""
 
-    results: list[TableResult]
     tables: list[tuple[Table, dict[str, dict[str, Any]]]] = field(default_factory=list)
+    names: dict[str, str] = field(default_factory=dict)
 
 
-class _Sync:
-    """The sync half of a run; `state` is advanced table by table, after each commit."""
+class _Run:
+    """The table half of a run; `state` is advanced table by table, after each commit."""
 
     def __init__(
-        self, job: Job, client: Client, state: JobState, dry_run: bool, emit: Reporter
+        self,
+        job: Job,
+        client: Client,
+        state: JobState,
+        sinks: list[Sink],
+        dry_run: bool,
+        verify: bool,
+        emit: Reporter,
+        show_progress: bool | None,
     ) -> None:
         self.job = job
         self.client = client
         self.state = state
+        self.sinks = sinks
         self.dry_run = dry_run
+        self.verify = verify
         self.emit = emit
+        self.show_progress = show_progress
+        #: Every result so far: a run stopped by a bad key still reports them.
+        self.results: list[TableResult] = []
+        self.names: dict[str, str] = {}
 
     def choose(self) -> _Chosen:
-        """The tables to sync, with their filters checked against their columns.
+        """The tables to copy, resolved by the one resolver and checked against their columns.
 
-        Runs before any write, so a filter naming a missing column is a ConfigError that
-        leaves every destination (and every pushed table) as it was.
+        Runs before any write, so an unknown table name or a filter naming a missing column
+        is a ConfigError that leaves every destination (and every pushed table) as it was.
+        A table id the listing lacks (a scoped key lists only what it may read) is fetched:
+        a 403 skips it, a 404 is a TableNotFound.
         """
+        from connector.tables import resolve_table, table_not_found
+
         selection = self.job.tables
         summaries = self.client.list_tables()
-        chosen = _Chosen(
-            [
-                TableResult(name, "", "skipped", error="no such table, or the key may not read it")
-                for name in selection.include or ()
-                if not any(name in (s.id, s.name) for s in summaries)
-            ]
-        )
-        for summary in (s for s in summaries if selection.wants(s.id, s.name)):
+        where = "" if self.job.one_shot else f"{self.job.path}: "
+
+        def resolve(value: str, key: str) -> str:
             try:
-                table = self.client.get_table(summary.id)
+                return resolve_table(summaries, value)
+            except ConfigError as exc:
+                raise type(exc)(f"{where}{key}{exc}") from None
+
+        if selection.include is None:
+            wanted = [s.id for s in summaries]
+        else:
+            wanted = list(
+                dict.fromkeys(resolve(v, "" if self.job.one_shot else "tables.include: ")
+                              for v in selection.include)
+            )
+        excluded = set()
+        for value in selection.exclude:
+            try:
+                excluded.add(resolve_table(summaries, value))
+            except ConfigError:
+                self.emit("note", table=value, note="tables.exclude names no table; ignored")
+        filters = {
+            resolve(name, f"tables.filter.{name}: "): conditions
+            for name, conditions in selection.filters
+        }
+        listed = {s.id for s in summaries}
+        chosen = _Chosen()
+        self.names = target_names(summaries)
+        for table_id in (t for t in wanted if t not in excluded):
+            try:
+                table = self.client.get_table(table_id)
+            except NotFound:
+                if table_id in listed:  # deleted since it was listed
+                    self._record(TableResult(table_id, table_id, "failed", error="table deleted"))
+                    continue
+                raise table_not_found(summaries, table_id) from None
+            except AuthError:
+                raise
             except ConnectorError as exc:
                 status: Status = "skipped" if isinstance(exc, PermissionDenied) else "failed"
-                chosen.results.append(TableResult(summary.name, summary.id, status, error=str(exc)))
-                self.emit("table", **asdict(chosen.results[-1]))
-            else:
-                chosen.tables.append((table, self._filter(table)))
+                name = next((s.name for s in summaries if s.id == table_id), table_id)
+                self._record(TableResult(name, table_id, status, error=str(exc)))
+                continue
+            if table.id not in self.names:  # unlisted: an id asked for by a scoped key
+                self.names.update(target_names([_summary(table), *summaries]))
+            chosen.tables.append((table, self._filter(table, filters.get(table.id, ()))))
+        chosen.names = self.names
         return chosen
 
-    def all_tables(self, chosen: _Chosen) -> list[TableResult]:
-        results = list(chosen.results)
-        with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="connector-sync-") as tmp:
-            sinks = [open_sink(d) for d in self.job.destinations]
-            for sink in sinks:
-                stack.callback(sink.close)
-            for table, filter in chosen.tables:
-                results.append(self.one_table(table, filter, sinks, Path(tmp)))
-        return results
+    def _record(self, result: TableResult) -> TableResult:
+        self.results.append(result)
+        self.emit("table", **asdict(result))
+        return result
 
-    def _filter(self, table: Table) -> dict[str, dict[str, Any]]:
-        conditions = self.job.tables.filter_for(table.id, table.name)
+    def all_tables(self, chosen: _Chosen) -> list[TableResult]:
+        with tempfile.TemporaryDirectory(prefix="connector-sync-") as tmp:
+            for table, filter in chosen.tables:
+                self.one_table(table, filter, Path(tmp))
+        return list(self.results)
+
+    def _filter(self, table: Table, conditions: Iterable[Any]) -> dict[str, dict[str, Any]]:
+        conditions = tuple(conditions)
         for c in conditions:
             if c.column not in table.column_names:
                 raise ConfigError(
@@ -261,230 +432,431 @@ class _Sync:
         return {c.column: {c.op: c.value} for c in conditions}
 
     def one_table(
-        self, table: Table, filter: dict[str, dict[str, Any]], sinks: list[Sink], tmp: Path
+        self, table: Table, filter: dict[str, dict[str, Any]], tmp: Path
     ) -> TableResult:
         began = time.monotonic()
         try:
-            result = self._sync(table, filter, sinks, tmp)
+            result = _Table(self, table, filter, tmp).run()
         except PermissionDenied as exc:
             result = TableResult(table.name, table.id, "skipped", error=str(exc))
-        except ConfigError:
+        except (ConfigError, AuthError):
             raise
         except ConnectorError as exc:
             result = TableResult(table.name, table.id, "failed", error=str(exc))
-        result = replace(result, seconds=round(time.monotonic() - began, 3))
-        self.emit("table", **asdict(result))
-        return result
+        return self._record(replace(result, seconds=round(time.monotonic() - began, 3)))
 
-    def _sync(
-        self, table: Table, filter: dict[str, dict[str, Any]], sinks: list[Sink], tmp: Path
-    ) -> TableResult:
-        job = self.job
-        previous = self.state.table(table.id)
-        fingerprint = _fingerprint(table, filter)
+
+class _Table:
+    """One table of a run: its reads, its deletions, its writes, then its state."""
+
+    def __init__(
+        self, run: _Run, table: Table, filter: dict[str, dict[str, Any]], tmp: Path
+    ) -> None:
+        self.run_ = run
+        self.job = run.job
+        self.client = run.client
+        self.sinks = run.sinks
+        self.table = table
+        self.filter = filter
+        self.tmp = tmp
+        self.name = run.names.get(table.id, table.name)
+        self.schema = arrow_schema(table)
+        self.system = table.system_names()
+        self.targets = tuple(s.target(self.name) for s in self.sinks)
+        self.fingerprint = _fingerprint(table, filter)
+
+    # --- the plan -----------------------------------------------------------------------
+
+    def run(self) -> TableResult:
+        job, table = self.job, self.table
+        previous = None if job.one_shot else self.run_.state.table(table.id)
         incremental = (
             job.incremental
             and previous is not None
             and previous.cursor is not None
-            and previous.schema == fingerprint
+            and previous.schema == self.fingerprint
             and "updated_at" not in table.column_names  # the filter would hit the user column
-            and all(s.exists(table) for s in sinks)
+            and all(s.exists(table, self.name) for s in self.sinks)
         )
-        if self.dry_run:
-            return self._plan(table, filter, previous if incremental else None)
-        schema = arrow_schema(table)
-        spool = _Spool(tmp / f"{table.id}.arrow", schema, table.system_names())
+        if self.run_.dry_run:
+            return self._plan(previous if incremental else None)
+        if self.run_.verify and any(self._merges(job.incremental)):
+            return self._verify()
+        if not incremental and len(self.sinks) == 1 and not any(self._merges(False)):
+            return self._stream()
+        spool = _Spool(self.tmp / f"{table.id}.arrow", self.schema, self.system)
         try:
             if incremental:
                 assert previous is not None and previous.cursor is not None
-                cursor = self._read_changes(table, filter, previous.cursor, spool)
+                cursor, since, present = self._read_changes(previous.cursor, spool)
             else:
-                newest = self._newest_or_none(table, filter) if job.incremental else None
-                spool.extend(self._read(table, filter))
-                cursor = newest or spool.cursor or EPOCH
+                newest = self._newest_or_none(self.filter) if job.incremental else None
+                with self._bar() as bar:
+                    spool.extend(_counted(self._read(self.filter), bar))
+                cursor, since, present = newest or spool.cursor or EPOCH, None, spool.ids()
             spool.close()
-            return self._write(
-                table, filter, sinks, spool, cursor, fingerprint, incremental=incremental
-            )
+            return self._write(spool, cursor, incremental=incremental, since=since, present=present)
         finally:
             spool.discard()
 
-    def _write(
-        self,
-        table: Table,
-        filter: dict[str, dict[str, Any]],
-        sinks: list[Sink],
-        spool: _Spool,
-        cursor: str,
-        fingerprint: str,
-        *,
-        incremental: bool,
-    ) -> TableResult:
-        """Apply what was read to every destination, then advance the table's state."""
-        job = self.job
-        schema = spool.schema
-        held, deleted = self._deleted(table, filter, sinks, spool, incremental=incremental)
-        if incremental and not spool.rows and not any(deleted):
-            return TableResult(table.name, table.id, "unchanged", "incremental")
-        for sink, gone in zip(sinks, deleted, strict=True):
-            sink.write(
-                spool.batches(exclude=gone),
-                table,
-                schema,
-                "merge" if incremental else sink.destination.mode,
-                deleted=gone,
-                mark=job.deletes == "mark",
-            )
-        self.state = self.state.with_table(
-            TableState(
-                table_id=table.id,
-                name=table.name,
-                cursor=cursor if job.incremental else None,
-                rows=len(held[0] - deleted[0]) if held else spool.rows,
-                schema=fingerprint,
-                synced_at=_now(),
-            )
-        )
-        save_state(job.state_path, self.state)
-        gone_ids = set().union(*deleted)
-        return TableResult(
-            table.name,
-            table.id,
-            "ok",
-            "incremental" if incremental else "full",
-            rows_read=spool.rows,
-            rows_written=spool.rows - len(spool.ids & gone_ids),
-            rows_deleted=len(gone_ids),
-        )
+    def _merges(self, incremental: bool) -> list[bool]:
+        return [incremental or s.destination.mode == "merge" for s in self.sinks]
 
-    def _read(self, table: Table, filter: Mapping[str, Any]) -> Iterable[pa.RecordBatch]:
+    # --- reads --------------------------------------------------------------------------
+
+    def _read(
+        self,
+        filter: Mapping[str, Any],
+        *,
+        columns: Sequence[str] | None = None,
+        page_size: int | None = None,
+    ) -> Extraction:
         return read_batches(
             self.client,
-            table,
+            self.table,
+            columns=columns,
             filter=filter or None,
-            page_size=self.job.source.page_size,
+            page_size=page_size or self.job.source.page_size,
             concurrency=self.job.source.concurrency,
         )
 
-    def _newest(self, table: Table, filter: Mapping[str, Any]) -> str | None:
+    def _ids(self, filter: Mapping[str, Any]) -> pa.Array:
+        """The id pass: ids only, through the one reader, from the largest pages the API gives."""
+        return unique_ids(b.column(0) for b in self._read(filter, columns=[], page_size=MAX_PAGE_SIZE))
+
+    def _bar(self) -> Any:
+        if self.run_.show_progress is False:
+            return nullcontext(None)
+        return progress(self.table.name, None, enabled=self.run_.show_progress)
+
+    def _newest(self, filter: Mapping[str, Any]) -> str | None:
         """The newest ``updated_at`` among matching rows, asked *before* reading them.
 
         It becomes the next cursor: a row changed while the read runs gets a later
         timestamp, so the next run reads it again, whether or not this run saw the change.
         """
         page = self.client.list_rows(
-            table.id, limit=1, sort="updated_at", order="desc", filter=filter or None
+            self.table.id, limit=1, sort="updated_at", order="desc", filter=filter or None
         )
         return page.rows[0].updated_at if page.rows else None
 
-    def _newest_or_none(self, table: Table, filter: Mapping[str, Any]) -> str | None:
-        """`_newest`, or None where the server will not sort by ``updated_at`` (then the
-        newest row read stands in, which can miss a change made during the read)."""
+    def _newest_or_none(self, filter: Mapping[str, Any]) -> str | None:
+        """`_newest`, or None where the server will not sort by ``updated_at``."""
         try:
-            return self._newest(table, filter)
+            return self._newest(filter)
         except (BadRequest, ApiValidationError):
             return None
 
-    def _read_changes(
-        self, table: Table, filter: dict[str, dict[str, Any]], cursor: str, spool: _Spool
-    ) -> str:
-        """Spool the rows changed since `cursor`; return the cursor for the next run."""
-        changed = {**filter, "updated_at": {"gt": cursor}}
+    def _read_changes(self, cursor: str, spool: _Spool) -> tuple[str, str | None, pa.Array | None]:
+        """Spool the rows changed since `cursor`.
+
+        Returns the next cursor, the snapshot S the count check re-reads from (None: the
+        fallback read every id, which it returns as the third item instead).
+        """
+        changed = {**self.filter, "updated_at": {"gt": cursor}}
         try:
-            newest = self._newest(table, changed)
+            newest = self._newest(changed)
         except (BadRequest, ApiValidationError) as exc:
             if exc.field not in (None, "filter", "sort", "updated_at"):
                 raise
-            self.emit("note", table=table.name, note="updated_at filter refused: sorted read")
-            spool.extend(self._read_sorted_until(table, filter, cursor))
-            return spool.cursor or cursor  # newest first: the first row read is the newest
+            return self._read_everything_keep_newer(cursor, spool)
         if newest is not None:
-            spool.extend(self._read(table, changed))
-        return newest or cursor
+            with self._bar() as bar:
+                spool.extend(_counted(self._read(changed), bar))
+        return newest or cursor, newest or cursor, None
 
-    def _read_sorted_until(
-        self, table: Table, filter: Mapping[str, Any], cursor: str
-    ) -> Iterator[pa.RecordBatch]:
-        """Newest first, stopping at the first row not newer than the cursor."""
-        extraction = Extraction(self.client, table)  # for its typing of cells
-        for page in self.client.pages(
-            table.id,
-            page_size=self.job.source.page_size,
-            sort="updated_at",
-            order="desc",
-            filter=filter or None,
-        ):
-            newer = [r for r in page.rows if (r.updated_at or "") > cursor]
-            if newer:
-                yield extraction.cast(newer)
-            if len(newer) < len(page.rows):
-                return
+    def _read_everything_keep_newer(
+        self, cursor: str, spool: _Spool
+    ) -> tuple[str, None, pa.Array]:
+        """The sorted fallback: every matching row through the reader; those newer than the
+        cursor are spooled, and every id read is the id pass."""
+        self.emit_note("updated_at filter refused: every row read, the changed ones kept")
+        newest = self._newest_or_none(self.filter)
+        if newest is None:
+            self.emit_note(
+                "sorting by updated_at refused too: the next cursor is the newest row read, "
+                "so a change made during this read may wait for a --verify"
+            )
+        after = pa.scalar(_parse(cursor), self.schema.field(self.system["updated_at"]).type)
+        ids: list[pa.Array] = []
 
-    def _deleted(
+        def newer(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                ids.append(batch.column(0))
+                updated = batch.column(self.system["updated_at"])
+                yield batch.filter(pc.fill_null(pc.greater(updated, after), False))
+
+        with self._bar() as bar:
+            spool.extend(newer(_counted(self._read(self.filter), bar)))
+        return newest or spool.cursor or cursor, None, unique_ids(ids)
+
+    def emit_note(self, note: str) -> None:
+        self.run_.emit("note", table=self.table.name, note=note)
+
+    # --- deletions ----------------------------------------------------------------------
+
+    def _gone(
         self,
-        table: Table,
-        filter: Mapping[str, Any],
-        sinks: list[Sink],
         spool: _Spool,
         *,
         incremental: bool,
-    ) -> tuple[list[set[str]], list[set[str]]]:
-        """Per destination: the ids it holds after the write, and those to delete from it.
+        since: str | None,
+        present: pa.Array | None,
+    ) -> tuple[int | None, list[pa.Array]]:
+        """Per destination, the ids to delete from it; and the rows the first merging
+        destination holds after the write (None when none merges).
 
         Only a merging destination (every one, on an incremental read) has rows deleted; a
-        replace or an append beside it takes none, and counts as holding just the ids read.
-        Both lists are empty-handed (``[]`` held) when nothing merges. Only an incremental
-        read has to ask the server which ids still exist.
+        replace or an append beside it takes none.
         """
-        merges = [incremental or s.destination.mode == "merge" for s in sinks]
+        merges = self._merges(incremental)
+        nothing = [no_ids() for _ in self.sinks]
         if not any(merges):
-            return [], [set() for _ in sinks]
+            return None, nothing
+        read = spool.ids()
         held = [
-            s.live_ids(table) | spool.ids if merge else spool.ids
-            for s, merge in zip(sinks, merges, strict=True)
+            unique_ids([s.live_ids(self.table, self.name), read]) if merge else None
+            for s, merge in zip(self.sinks, merges, strict=True)
         ]
+        merging = [h for h in held if h is not None]
         if self.job.deletes == "keep":
-            return held, [set() for _ in sinks]
-        if not incremental:  # a full read saw every id
-            return held, [h - spool.ids for h in held]  # empty for those that do not merge
-        total = self.client.list_rows(table.id, limit=1, filter=filter or None).total
-        if total is not None and all(len(h) == total for h in held):
-            return held, [set() for _ in sinks]  # the counts match: nothing was deleted
-        present = self._all_ids(table, filter)
-        return held, [h - present for h in held]
+            return len(merging[0]), nothing
+        if present is None:
+            assert since is not None
+            present = self._present(merging, since)
+        if present is None:
+            return len(merging[0]), nothing
+        gone = [_minus(h, present) if h is not None else no_ids() for h in held]
+        first = next(i for i, h in enumerate(held) if h is not None)
+        return len(merging[0]) - len(gone[first]), gone
 
-    def _all_ids(self, table: Table, filter: Mapping[str, Any]) -> set[str]:
-        """The cheap pass: only ids are kept, from the largest pages the API gives."""
-        return {
-            row.id
-            for page in self.client.pages(table.id, page_size=MAX_PAGE_SIZE, filter=filter or None)
-            for row in page.rows
-        }
+    def _present(self, held: list[pa.Array], since: str) -> pa.Array | None:
+        """The ids upstream (the id pass), or None when the count check shows that no id the
+        destinations will hold was deleted (see the module docstring)."""
+        total = self.client.list_rows(self.table.id, limit=1, filter=self.filter or None).total
+        if total is not None:
+            newer = self._ids({**self.filter, "updated_at": {"gt": since}})
+            if all(len(unique_ids([h, newer])) == total for h in held):
+                return None
+        return self._ids(self.filter)
 
-    def _plan(
-        self, table: Table, filter: dict[str, dict[str, Any]], previous: TableState | None
+    # --- writes -------------------------------------------------------------------------
+
+    def _write(
+        self,
+        spool: _Spool,
+        cursor: str,
+        *,
+        incremental: bool,
+        since: str | None,
+        present: pa.Array | None,
     ) -> TableResult:
+        """Apply what was read to every destination, then advance the table's state."""
+        job, table = self.job, self.table
+        rows, gone = self._gone(spool, incremental=incremental, since=since, present=present)
+        if incremental and not spool.rows and not any(len(g) for g in gone):
+            return TableResult(
+                table.name, table.id, "unchanged", "incremental", targets=self.targets
+            )
+        read = spool.ids()
+        for sink, g, merge in zip(self.sinks, gone, self._merges(incremental), strict=True):
+            mode = "merge" if merge else sink.destination.mode
+            sink.write(
+                spool.batches(exclude=g),
+                table,
+                self.schema,
+                mode,
+                name=self.name,
+                deleted=g,
+                changed=read,
+                mark=job.deletes == "mark",
+            )
+        all_gone = unique_ids(gone)
+        self._save(cursor, spool.rows if rows is None else rows)
+        return TableResult(
+            table.name,
+            table.id,
+            "ok",
+            "incremental" if incremental else "full",
+            rows_read=spool.rows,
+            rows_written=spool.rows - _count_in(read, all_gone),
+            rows_deleted=len(all_gone),
+            targets=self.targets,
+        )
+
+    def _stream(self) -> TableResult:
+        """One destination, nothing to merge: straight from the reader into it, no spool."""
+        (sink,) = self.sinks
+        newest = self._newest_or_none(self.filter) if self.job.incremental else None
+        tap = _Tap(self.system["updated_at"])
+        with self._bar() as bar:
+            extraction = self._read(self.filter)
+            written = sink.write(
+                tap(_counted(extraction, bar)),
+                self.table,
+                extraction.schema,
+                sink.destination.mode,
+                name=self.name,
+            )
+        self._save(newest or tap.cursor or EPOCH, written)
+        return TableResult(
+            self.table.name,
+            self.table.id,
+            "ok",
+            "full",
+            rows_read=tap.rows,
+            rows_written=written,
+            targets=self.targets,
+        )
+
+    def _verify(self) -> TableResult:
+        """Read every row, compare each merging destination row by row, write the difference."""
+        from connector.jobs.sinks import batch_digest, digest
+
+        job, table = self.job, self.table
+        newest = self._newest_or_none(self.filter)
+        spool = _Spool(self.tmp / f"{table.id}.arrow", self.schema, self.system)
+        try:
+            with self._bar() as bar:
+                spool.extend(_counted(self._read(self.filter), bar))
+            spool.close()
+            digests = [batch_digest(b, self.schema.names) for b in spool.batches()]
+            upstream = pa.concat_tables(digests) if digests else digest([], [])
+            found = Verified()
+            written = deleted = 0
+            read = spool.ids()
+            for sink, merge in zip(self.sinks, self._merges(job.incremental), strict=True):
+                if not merge:  # replaced or appended, as a full run does
+                    written = max(written, sink.write(
+                        spool.batches(), table, self.schema, sink.destination.mode,
+                        name=self.name,
+                    ))
+                    continue
+                held = sink.digest(table, self.name, self.schema)
+                missing, different, extra = _compare(upstream, held)
+                if job.deletes == "keep":
+                    extra = no_ids()
+                found += Verified(len(missing), len(different), len(extra))
+                rewrite = unique_ids([missing, different])
+                if len(rewrite) or len(extra):
+                    sink.write(
+                        spool.batches(only=rewrite),
+                        table,
+                        self.schema,
+                        "merge",
+                        name=self.name,
+                        deleted=extra,
+                        changed=rewrite,
+                        mark=job.deletes == "mark",
+                    )
+                written = max(written, len(rewrite))
+                deleted = max(deleted, len(extra))
+            self._save(newest or spool.cursor or EPOCH, len(read))
+        finally:
+            spool.discard()
+        return TableResult(
+            table.name,
+            table.id,
+            "ok",
+            "verify",
+            rows_read=spool.rows,
+            rows_written=written,
+            rows_deleted=deleted,
+            targets=self.targets,
+            verified=found,
+        )
+
+    def _save(self, cursor: str, rows: int) -> None:
+        if self.job.one_shot:
+            return
+        run = self.run_
+        run.state = run.state.with_table(
+            TableState(
+                table_id=self.table.id,
+                name=self.table.name,
+                cursor=cursor if self.job.incremental else None,
+                rows=rows,
+                schema=self.fingerprint,
+                synced_at=_now(),
+            )
+        )
+        save_state(self.job.state_path, run.state)
+
+    def _plan(self, previous: TableState | None) -> TableResult:
         """Dry run: how many rows a real run would read, and how.
 
-        Where the server refuses the ``updated_at`` filter, the real run reads newest first
-        and stops at the cursor: the rows matching the job's filter are then the upper bound.
+        Where the server refuses the ``updated_at`` filter, the real run reads every row and
+        keeps the newer ones: the rows matching the job's filter are then the upper bound.
         """
+        table, filter = self.table, self.filter
         everything = filter or None
         if previous is not None and previous.cursor is not None:
             changed = {**filter, "updated_at": {"gt": previous.cursor}}
             try:
                 total = self.client.list_rows(table.id, limit=1, filter=changed).total
             except (BadRequest, ApiValidationError):
-                note = "updated_at filter refused: counting every row, an upper bound"
-                self.emit("note", table=table.name, note=note)
+                self.emit_note("updated_at filter refused: counting every row, an upper bound")
                 total = self.client.list_rows(table.id, limit=1, filter=everything).total
             return TableResult(table.name, table.id, "planned", "incremental", rows_read=total or 0)
         total = self.client.list_rows(table.id, limit=1, filter=everything).total
         return TableResult(table.name, table.id, "planned", "full", rows_read=total or 0)
 
 
+def _compare(upstream: pa.Table, held: pa.Table) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """Ids missing from `held`, held with other cells, and held but not upstream."""
+    up_ids, held_ids = upstream.column("id"), held.column("id")
+    missing = up_ids.filter(pc.invert(pc.is_in(up_ids, held_ids)))
+    extra = held_ids.filter(pc.invert(pc.is_in(held_ids, up_ids)))
+    both = upstream.join(held, "id", join_type="inner", right_suffix="_held")
+    different = both.column("id").filter(pc.not_equal(both["hash"], both["hash_held"]))
+    return unique_ids([missing]), unique_ids([different]), unique_ids([extra])
+
+
+def _minus(ids: pa.Array, remove: pa.Array) -> pa.Array:
+    return ids.filter(pc.invert(pc.is_in(ids, remove)))
+
+
+def _count_in(ids: pa.Array, among: pa.Array) -> int:
+    if not len(ids) or not len(among):
+        return 0
+    return int(pc.sum(pc.is_in(ids, among)).as_py() or 0)
+
+
+def _counted(batches: Iterable[pa.RecordBatch], bar: Progress | None) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        if bar is not None:
+            bar.update(batch.num_rows)
+        yield batch
+
+
+class _Tap:
+    """Counts the rows streaming through and notes the newest ``updated_at`` among them."""
+
+    def __init__(self, updated_name: str) -> None:
+        self.updated_name = updated_name
+        self.rows = 0
+        self.cursor: str | None = None
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            self.rows += batch.num_rows
+            self.cursor = _newer(self.cursor, batch.column(self.updated_name))
+            yield batch
+
+
+def _newer(cursor: str | None, stamps: pa.Array) -> str | None:
+    newest = pc.max(stamps).as_py() if len(stamps) else None
+    if newest is None:
+        return cursor
+    stamp = _iso(newest)
+    return max(cursor or stamp, stamp)
+
+
 class _Spool:
-    """Rows read from the API, kept in a local Arrow file so every destination gets them."""
+    """Rows read from the API, kept in a local Arrow file so every destination gets them.
+
+    Their ids are kept as Arrow arrays (a few bytes a row), never as Python strings.
+    """
 
     def __init__(self, path: Path, schema: pa.Schema, system: Mapping[str, str]) -> None:
         self.path = path
@@ -492,8 +864,9 @@ class _Spool:
         self.id_name = system["id"]
         self.updated_name = system["updated_at"]
         self.rows = 0
-        self.ids: set[str] = set()
         self.cursor: str | None = None
+        self._ids: list[pa.Array] = []
+        self._unique: pa.Array | None = None
         self._writer: pa.ipc.RecordBatchFileWriter | None = pa.ipc.new_file(str(path), schema)
 
     def extend(self, batches: Iterable[pa.RecordBatch]) -> None:
@@ -503,11 +876,16 @@ class _Spool:
                 continue
             self._writer.write_batch(batch)
             self.rows += batch.num_rows
-            self.ids.update(batch.column(self.id_name).to_pylist())
-            newest = pc.max(batch.column(self.updated_name)).as_py()
-            if newest is not None:
-                stamp = _iso(newest)
-                self.cursor = max(self.cursor or stamp, stamp)
+            self._ids.append(batch.column(self.id_name))
+            self._unique = None
+            self.cursor = _newer(self.cursor, batch.column(self.updated_name))
+
+    def ids(self) -> pa.Array:
+        """The distinct ids spooled."""
+        if self._unique is None:
+            self._unique = unique_ids(self._ids)
+            self._ids = [self._unique]
+        return self._unique
 
     def close(self) -> None:
         if self._writer is not None:
@@ -518,15 +896,26 @@ class _Spool:
         self.close()
         self.path.unlink(missing_ok=True)
 
-    def batches(self, *, exclude: set[str]) -> Iterator[pa.RecordBatch]:
+    def batches(
+        self, *, exclude: pa.Array | None = None, only: pa.Array | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """The spooled rows, without the ids in `exclude`, or just those in `only`."""
         with pa.memory_map(str(self.path)) as source:
             reader = pa.ipc.open_file(source)
-            drop = pa.array(sorted(exclude), pa.string())
             for i in range(reader.num_record_batches):
                 batch = reader.get_batch(i)
-                if exclude:
-                    batch = batch.filter(pc.invert(pc.is_in(batch.column(self.id_name), drop)))
-                yield batch
+                if exclude is not None and len(exclude):
+                    batch = batch.filter(pc.invert(pc.is_in(batch.column(self.id_name), exclude)))
+                if only is not None:
+                    batch = batch.filter(pc.is_in(batch.column(self.id_name), only))
+                if batch.num_rows:
+                    yield batch
+
+
+def _summary(table: Table) -> Any:
+    from connector.api.models import TableSummary
+
+    return TableSummary(table.id, table.name, len(table.columns), 0, "")
 
 
 def _push(client: Client, job: Job, spec: PushSpec, dry_run: bool, emit: Reporter) -> PushResult:
@@ -561,6 +950,7 @@ def _push(client: Client, job: Job, spec: PushSpec, dry_run: bool, emit: Reporte
             unchanged=counts.unchanged,
             error=f"the server rejected {rejected} rows" if rejected else None,
             plan=describe_plan(result.plan) if dry_run else None,
+            rejected=rejected,
         )
     emit("push", **asdict(out))
     return out
@@ -576,6 +966,10 @@ def _fingerprint(table: Table, filter: Mapping[str, Any]) -> str:
 def _iso(value: datetime) -> str:
     """The API's timestamp shape (microseconds, ``Z``), comparable as a string."""
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).astimezone(UTC)
 
 
 def _now() -> str:

@@ -1,48 +1,80 @@
-"""A job's destinations, seen the way a sync needs them: what is there, and write this.
+"""A job's destinations, seen the way the runner needs them: what is there, and write this.
 
 A thin layer over `connector.load` (which does the atomic writes, merges and deletes); it
-adds what only a sync asks: the ids a destination holds, appends of new ids to Parquet, and
-*marking* deleted rows (a ``_deleted_at`` timestamp) instead of removing them.
+adds what only the runner asks: the ids a destination holds (as one Arrow string array, not
+a Python set: a million ids cost ~30 MB, not ~100), a digest of every row for
+``--verify``, appends of new ids to Parquet, and *marking* deleted rows (a ``_deleted_at``
+timestamp) instead of removing them.
+
+Every sink stores a table under one name, given by `target_names` for the whole run: the
+table's name, or ``<name>-<table id>`` for a later table with a name an earlier one has
+(compared case-insensitively, as file systems and SQL may). Files sanitise it further
+(`file_name`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Collection, Iterable, Iterator
-from datetime import UTC, datetime
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import sqlalchemy as sa
 
 from connector.errors import DestinationError
+from connector.extract import string_array
 from connector.jobs.config import Destination, WriteMode
+from connector.load.csv import write_csv
 from connector.load.parquet import merge_parquet, write_parquet
-from connector.load.sql import DELETE_CHUNK, connect, load_table
-from connector.load.transfer import file_name
 from connector.schema import Table
 
-__all__ = ["DELETED_AT", "Sink", "open_sink"]
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from connector.api.models import TableSummary
+
+__all__ = [
+    "DELETED_AT",
+    "Sink",
+    "digest",
+    "file_name",
+    "no_ids",
+    "open_sink",
+    "target_names",
+]
 
 #: Column set on rows deleted upstream when the job's ``deletes = "mark"``.
 DELETED_AT = "_deleted_at"
 _DELETED_FIELD = pa.field(DELETED_AT, pa.timestamp("us", tz="UTC"))
+#: Rows fetched from a SQL destination at a time (ids, digests).
+_FETCH_ROWS = 10_000
 
 
 class Sink(Protocol):
-    """One destination of a job."""
+    """One destination of a job. `name` is the table's name here (see `target_names`)."""
 
     destination: Destination
 
-    def exists(self, table: Table) -> bool:
+    def check(self) -> None:
+        """Fail now (DestinationError) if the destination cannot be reached at all."""
+
+    def target(self, name: str) -> str:
+        """Where a table goes, as a person reads it (a file path, a SQL table name)."""
+
+    def exists(self, table: Table, name: str) -> bool:
         """Whether a previous run left this table here."""
 
-    def live_ids(self, table: Table) -> set[str]:
-        """Row ids held here, not counting rows marked deleted."""
+    def live_ids(self, table: Table, name: str) -> pa.Array:
+        """Row ids held here (unique strings), not counting rows marked deleted."""
+
+    def digest(self, table: Table, name: str, schema: pa.Schema) -> pa.Table:
+        """``id`` and ``hash`` (see `digest`) of every live row held here."""
 
     def write(
         self,
@@ -51,11 +83,14 @@ class Sink(Protocol):
         schema: pa.Schema,
         mode: WriteMode,
         *,
-        deleted: Collection[str] = (),
+        name: str,
+        deleted: pa.Array | None = None,
+        changed: pa.Array | None = None,
         mark: bool = False,
     ) -> int:
         """Write in `mode`; with merge also remove (or, with `mark`, stamp) `deleted`.
 
+        `changed` are the ids of `batches` when the caller knows them (a merge then streams).
         Rows and removals commit together. A SQL destination stamps marks in a second
         transaction: a crash between the two leaves the job's state where it was, so the
         next run reads the changes again and stamps them then.
@@ -68,35 +103,145 @@ class Sink(Protocol):
 def open_sink(destination: Destination) -> Sink:
     if destination.kind == "parquet":
         return ParquetSink(destination)
+    if destination.kind == "csv":
+        return CsvSink(destination)
     return SqlSink(destination)
+
+
+def target_names(tables: Sequence[TableSummary]) -> dict[str, str]:
+    """Each table's name in every destination: the first table (in listing order) with a
+    name keeps it; each later one with the same name (in any case) gets ``<name>-<id>``."""
+    names: dict[str, str] = {}
+    taken: set[str] = set()
+    for t in tables:
+        if t.id in names:
+            continue
+        names[t.id] = t.name if t.name.casefold() not in taken else f"{t.name}-{t.id}"
+        taken.add(t.name.casefold())
+    return names
+
+
+def file_name(table_name: str) -> str:
+    """A file name for a table: path separators and a leading dot are replaced."""
+    name = re.sub(r"[/\\\x00]", "_", table_name)
+    return f"_{name}" if name.startswith(".") or not name else name
+
+
+def no_ids() -> pa.Array:
+    """An empty id array (built without `pa.array`, which would import pandas)."""
+    return string_array([])
+
+
+def unique_ids(arrays: Iterable[pa.Array | pa.ChunkedArray]) -> pa.Array:
+    """The distinct ids of `arrays`, as one string array."""
+    chunks: list[pa.Array] = []
+    for a in arrays:
+        chunks.extend(a.chunks if isinstance(a, pa.ChunkedArray) else [a])
+    if not chunks:
+        return no_ids()
+    return pc.unique(pa.concat_arrays(chunks))
+
+
+# --- digests: one hash per row, equal when the cells are equal wherever they are stored ------
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _norm(value: Any) -> Any:
+    """A cell as one comparable value, however the destination typed it on the way back."""
+    if value is None or isinstance(value, str | bool):
+        return value
+    if isinstance(value, float):
+        return None if value != value else value
+    if isinstance(value, int):
+        return float(value)
+    if isinstance(value, datetime):
+        if value.tzinfo is None:  # SQLite hands back UTC timestamps without a zone
+            value = value.replace(tzinfo=UTC)
+        return (value - _EPOCH) // _MICROSECOND
+    if isinstance(value, date):
+        return value.isoformat()
+    return str(value)
+
+
+_MICROSECOND = datetime.resolution
+
+
+def digest(ids: Sequence[str], columns: Sequence[Sequence[Any]]) -> pa.Table:
+    """``id`` and ``hash`` of rows given column by column (id first, excluded from the hash).
+
+    Python's `hash` of the normalised cells: salted per process, which is fine: both sides
+    of a comparison are hashed by the same process.
+    """
+    rows = zip(*columns, strict=True) if columns else ((),) * len(ids)
+    hashes = np.fromiter((hash(tuple(map(_norm, row))) for row in rows), np.int64, len(ids))
+    return pa.table({"id": string_array(list(ids)), "hash": pa.array(hashes)})
+
+
+def batch_digest(batch: pa.RecordBatch, names: Sequence[str]) -> pa.Table:
+    """`digest` of a record batch's rows over the fields `names` (the first: the id)."""
+    present = set(batch.schema.names)
+    columns = [
+        batch.column(n).to_pylist() if n in present else [None] * batch.num_rows
+        for n in names[1:]
+    ]
+    return digest(batch.column(names[0]).to_pylist(), columns)
+
+
+def _concat_tables(tables: list[pa.Table]) -> pa.Table:
+    if not tables:
+        return digest([], [])
+    return pa.concat_tables(tables)
 
 
 class ParquetSink:
     """A directory with one ``<table name>.parquet`` per table."""
 
+    suffix = "parquet"
+
     def __init__(self, destination: Destination) -> None:
         self.destination = destination
         self.directory = Path(destination.target)
 
+    def check(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
-    def path(self, table: Table) -> Path:
-        return self.directory / f"{file_name(table.name)}.parquet"
+    def path(self, name: str) -> Path:
+        return self.directory / f"{file_name(name)}.{self.suffix}"
 
-    def exists(self, table: Table) -> bool:
-        return self.path(table).is_file()
+    def target(self, name: str) -> str:
+        return str(self.path(name))
 
-    def live_ids(self, table: Table) -> set[str]:
-        path = self.path(table)
+    def exists(self, table: Table, name: str) -> bool:
+        return self.path(name).is_file()
+
+    def live_ids(self, table: Table, name: str) -> pa.Array:
+        path = self.path(name)
         if not path.is_file():
-            return set()
+            return no_ids()
         id_name = table.system_names()["id"]
         if not _has_marks(path):
-            return set(pq.read_table(path, columns=[id_name]).column(id_name).to_pylist())
+            return unique_ids([pq.read_table(path, columns=[id_name]).column(id_name)])
         data = pq.read_table(path, columns=[id_name, DELETED_AT])
         data = data.filter(pc.is_null(data.column(DELETED_AT)))
-        return set(data.column(id_name).to_pylist())
+        return unique_ids([data.column(id_name)])
+
+    def digest(self, table: Table, name: str, schema: pa.Schema) -> pa.Table:
+        path = self.path(name)
+        if not path.is_file():
+            return digest([], [])
+        marks = _has_marks(path)
+        out = []
+        with pq.ParquetFile(path) as file:
+            wanted = [n for n in schema.names if n in file.schema_arrow.names]
+            for batch in file.iter_batches(columns=wanted + ([DELETED_AT] if marks else [])):
+                if marks:
+                    batch = batch.filter(pc.is_null(batch.column(DELETED_AT)))
+                out.append(batch_digest(batch, schema.names))
+        return _concat_tables(out)
 
     def write(
         self,
@@ -105,10 +250,13 @@ class ParquetSink:
         schema: pa.Schema,
         mode: WriteMode,
         *,
-        deleted: Collection[str] = (),
+        name: str,
+        deleted: pa.Array | None = None,
+        changed: pa.Array | None = None,
         mark: bool = False,
     ) -> int:
-        path = self.path(table)
+        path = self.path(name)
+        gone = deleted if deleted is not None else no_ids()
         try:
             if mode == "replace":
                 return write_parquet(batches, schema, path)
@@ -117,11 +265,14 @@ class ParquetSink:
             if mode == "append":
                 new = self._not_held(batches, path, table)
                 return write_parquet(itertools.chain(self._old(path), new), schema, path)
-            if mark and deleted:
+            if mark and len(gone):
                 schema = _with_deleted_at(schema)
-                batches = itertools.chain(batches, self._marked(path, table, schema, deleted))
-                deleted = ()
-            return merge_parquet(batches, schema, path, deleted_ids=deleted)
+                marked = list(self._marked(path, table, schema, gone))
+                batches = itertools.chain(batches, marked)
+                if changed is not None:
+                    changed = unique_ids([changed, *(b.column(0) for b in marked)])
+                gone = no_ids()
+            return merge_parquet(batches, schema, path, deleted_ids=gone, changed_ids=changed)
         except (OSError, pa.ArrowException) as exc:
             raise DestinationError(f"writing {path} failed: {exc}") from exc
 
@@ -141,7 +292,7 @@ class ParquetSink:
         must not repeat every row.
         """
         id_name = table.system_names()["id"]
-        held = pa.array([], pa.string())
+        held = no_ids()
         if path.is_file():
             held = pq.read_table(path, columns=[id_name]).column(id_name).combine_chunks()
         for batch in batches:
@@ -149,18 +300,47 @@ class ParquetSink:
 
     @staticmethod
     def _marked(
-        path: Path, table: Table, schema: pa.Schema, ids: Collection[str]
+        path: Path, table: Table, schema: pa.Schema, ids: pa.Array
     ) -> Iterator[pa.RecordBatch]:
-        """The file's rows with these ids, stamped deleted now."""
+        """The file's rows with these ids, stamped deleted now (a stamp already set stays)."""
         if not path.is_file():
             return
         id_name = table.system_names()["id"]
-        old = pq.read_table(path, filters=pc.field(id_name).isin(list(ids)))
         now = pa.scalar(datetime.now(UTC), _DELETED_FIELD.type)
-        if DELETED_AT in old.column_names:
-            old = old.drop_columns([DELETED_AT])
-        old = old.append_column(_DELETED_FIELD, pa.array([now] * old.num_rows, now.type))
-        yield from old.select(schema.names).cast(schema).to_batches()
+        with pq.ParquetFile(path) as old:
+            for batch in old.iter_batches():
+                hit = batch.filter(pc.is_in(batch.column(id_name), ids))
+                if not hit.num_rows:
+                    continue
+                stamps = pa.array([now.as_py()] * hit.num_rows, now.type)
+                if DELETED_AT in hit.schema.names:
+                    stamps = pc.coalesce(hit.column(DELETED_AT), stamps)
+                    hit = hit.drop_columns([DELETED_AT])
+                hit = hit.append_column(_DELETED_FIELD, stamps)
+                yield pa.Table.from_batches([hit]).select(schema.names).cast(schema).to_batches()[0]
+
+
+class CsvSink(ParquetSink):
+    """A directory with one ``<table name>.csv`` per table; always replaced whole."""
+
+    suffix = "csv"
+
+    def live_ids(self, table: Table, name: str) -> pa.Array:
+        return no_ids()
+
+    def write(
+        self,
+        batches: Iterable[pa.RecordBatch],
+        table: Table,
+        schema: pa.Schema,
+        mode: WriteMode,
+        *,
+        name: str,
+        deleted: pa.Array | None = None,
+        changed: pa.Array | None = None,
+        mark: bool = False,
+    ) -> int:
+        return write_csv(batches, schema, self.path(name))
 
 
 class SqlSink:
@@ -173,30 +353,66 @@ class SqlSink:
     @property
     def engine(self) -> sa.Engine:
         if self._engine is None:
+            import sqlalchemy as sa
+
+            from connector.load.sql import connect
+
             url = sa.make_url(self.destination.target)
             if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
                 Path(url.database).parent.mkdir(parents=True, exist_ok=True)
             self._engine = connect(self.destination.target)  # the loads' driver choice
         return self._engine
 
+    def check(self) -> None:
+        self.engine  # noqa: B018 - connects once, so an unreachable database fails first
+
     def close(self) -> None:
         if self._engine is not None:
             self._engine.dispose()
 
-    def exists(self, table: Table) -> bool:
-        with self._failures(table):
-            return sa.inspect(self.engine).has_table(table.name)
+    def target(self, name: str) -> str:
+        return name
 
-    def live_ids(self, table: Table) -> set[str]:
+    def exists(self, table: Table, name: str) -> bool:
+        import sqlalchemy as sa
+
+        with self._failures(name):
+            return sa.inspect(self.engine).has_table(name)
+
+    def live_ids(self, table: Table, name: str) -> pa.Array:
+        import sqlalchemy as sa
+
         id_name = table.system_names()["id"]
-        with self._failures(table), self.engine.connect() as conn:
-            if not sa.inspect(conn).has_table(table.name):
-                return set()
-            target = self._reflect(conn, table)
+        with self._failures(name), self.engine.connect() as conn:
+            if not sa.inspect(conn).has_table(name):
+                return no_ids()
+            target = self._reflect(conn, name)
             query = sa.select(target.c[id_name])
             if DELETED_AT in target.c:
                 query = query.where(target.c[DELETED_AT].is_(None))
-            return set(conn.execute(query).scalars())
+            result = conn.execution_options(yield_per=_FETCH_ROWS).execute(query)
+            chunks = [string_array([r[0] for r in part]) for part in result.partitions()]
+            return unique_ids(chunks)
+
+    def digest(self, table: Table, name: str, schema: pa.Schema) -> pa.Table:
+        import sqlalchemy as sa
+
+        with self._failures(name), self.engine.connect() as conn:
+            if not sa.inspect(conn).has_table(name):
+                return digest([], [])
+            target = self._reflect(conn, name)
+            columns = [
+                target.c[n] if n in target.c else sa.null().label(n) for n in schema.names
+            ]
+            query = sa.select(*columns)
+            if DELETED_AT in target.c:
+                query = query.where(target.c[DELETED_AT].is_(None))
+            result = conn.execution_options(yield_per=_FETCH_ROWS).execute(query)
+            out = []
+            for part in result.partitions():
+                cells = list(zip(*part, strict=True))
+                out.append(digest(list(cells[0]), cells[1:]))
+            return _concat_tables(out)
 
     def write(
         self,
@@ -205,44 +421,53 @@ class SqlSink:
         schema: pa.Schema,
         mode: WriteMode,
         *,
-        deleted: Collection[str] = (),
+        name: str,
+        deleted: pa.Array | None = None,
+        changed: pa.Array | None = None,
         mark: bool = False,
     ) -> int:
+        from connector.load.sql import load_table
+
+        gone = deleted if deleted is not None else no_ids()
         if not mark:
-            return load_table(batches, table, self.engine, mode=mode, deleted_ids=deleted)
+            return load_table(batches, table, self.engine, mode=mode, name=name, deleted_ids=gone)
         id_name = table.system_names()["id"]
-        changed: list[str] = []
+        seen: list[pa.Array] = []
 
         def tapped() -> Iterator[pa.RecordBatch]:  # note the ids while the load streams
             for batch in batches:
-                changed.extend(batch.column(id_name).to_pylist())
+                seen.append(batch.column(id_name))
                 yield batch
 
-        rows = load_table(tapped(), table, self.engine, mode=mode)
-        self._mark(table, deleted, changed)
+        rows = load_table(tapped(), table, self.engine, mode=mode, name=name)
+        self._mark(table, name, gone, unique_ids(seen))
         return rows
 
-    def _mark(self, table: Table, deleted: Collection[str], changed: list[str]) -> None:
+    def _mark(self, table: Table, name: str, deleted: pa.Array, changed: pa.Array) -> None:
         """Stamp `deleted` rows, and clear the stamp of rows that came back (`changed`)."""
+        import sqlalchemy as sa
+
+        from connector.load.sql import id_chunks
+
         id_name = table.system_names()["id"]
-        with self._failures(table), self.engine.begin() as conn:
-            target = self._reflect(conn, table)
+        with self._failures(name), self.engine.begin() as conn:
+            target = self._reflect(conn, name)
             if DELETED_AT not in target.c:
-                if not deleted:
+                if not len(deleted):
                     return
                 quote = conn.dialect.identifier_preparer.quote_identifier
                 sql_type = sa.DateTime(timezone=True).compile(dialect=conn.dialect)
                 conn.exec_driver_sql(
-                    f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(DELETED_AT)} {sql_type}"
+                    f"ALTER TABLE {quote(name)} ADD COLUMN {quote(DELETED_AT)} {sql_type}"
                 )
-                target = self._reflect(conn, table)
+                target = self._reflect(conn, name)
             key, stamp = target.c[id_name], target.c[DELETED_AT]
             now = datetime.now(UTC)
-            for chunk in _chunks(list(deleted)):
+            for chunk in id_chunks(deleted):
                 conn.execute(
                     target.update().where(key.in_(chunk), stamp.is_(None)).values({DELETED_AT: now})
                 )
-            for chunk in _chunks(changed):
+            for chunk in id_chunks(changed):
                 conn.execute(
                     target.update()
                     .where(key.in_(chunk), stamp.is_not(None))
@@ -250,17 +475,21 @@ class SqlSink:
                 )
 
     @staticmethod
-    def _reflect(conn: sa.Connection, table: Table) -> sa.Table:
-        return sa.Table(table.name, sa.MetaData(), autoload_with=conn)
+    def _reflect(conn: sa.Connection, name: str) -> sa.Table:
+        import sqlalchemy as sa
+
+        return sa.Table(name, sa.MetaData(), autoload_with=conn)
 
     @contextlib.contextmanager
-    def _failures(self, table: Table) -> Iterator[None]:
+    def _failures(self, name: str) -> Iterator[None]:
         """Database errors become a DestinationError naming the table and the safe URL."""
+        import sqlalchemy as sa
+
         try:
             yield
         except sa.exc.SQLAlchemyError as exc:
             reason = getattr(exc, "orig", None) or exc
-            where = f"{table.name!r} in {self.destination.describe()}"
+            where = f"{name!r} in {self.destination.describe()}"
             raise DestinationError(f"reading {where} failed: {reason}") from exc
 
 
@@ -271,8 +500,3 @@ def _with_deleted_at(schema: pa.Schema) -> pa.Schema:
 def _has_marks(path: Path) -> bool:
     """Whether an earlier run added the ``_deleted_at`` column to the file at `path`."""
     return path.is_file() and DELETED_AT in pq.read_schema(path).names
-
-
-def _chunks(items: list[str], size: int = DELETE_CHUNK) -> Iterator[list[str]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]

@@ -52,6 +52,8 @@ class RunRecord:
 class JobState:
     tables: Mapping[str, TableState] = field(default_factory=dict)
     last_run: RunRecord | None = None
+    #: Runs since the last one that verified every row (``[sync] verify_every``).
+    runs_since_verify: int = 0
 
     def table(self, table_id: str) -> TableState | None:
         return self.tables.get(table_id)
@@ -59,8 +61,10 @@ class JobState:
     def with_table(self, table: TableState) -> JobState:
         return replace(self, tables={**self.tables, table.table_id: table})
 
-    def with_run(self, run: RunRecord) -> JobState:
-        return replace(self, last_run=run)
+    def with_run(self, run: RunRecord, *, verified: bool = False) -> JobState:
+        """After a run: its record, and the count of runs since one verified every row."""
+        since = 0 if verified else self.runs_since_verify + 1
+        return replace(self, last_run=run, runs_since_verify=since)
 
 
 def load_state(path: Path) -> JobState:
@@ -77,7 +81,8 @@ def load_state(path: Path) -> JobState:
             raise ValueError(f"unsupported version {data.get('version')!r}")
         tables = {k: TableState(**v) for k, v in data["tables"].items()}
         last = data.get("last_run")
-        return JobState(tables, RunRecord(**last) if last else None)
+        since = int(data.get("runs_since_verify", 0))
+        return JobState(tables, RunRecord(**last) if last else None, since)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise ConfigError(
             f"{path}: the job state is unreadable ({exc}); delete it to re-sync every table in full"
@@ -90,6 +95,7 @@ def save_state(path: Path, state: JobState) -> None:
         "version": STATE_VERSION,
         "tables": {k: asdict(v) for k, v in sorted(state.tables.items())},
         "last_run": asdict(state.last_run) if state.last_run else None,
+        "runs_since_verify": state.runs_since_verify,
     }
     with atomic_path(path) as temp:
         temp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")

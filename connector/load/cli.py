@@ -1,27 +1,31 @@
-"""`connector export` and `connector load`: parse, pick tables, call `transfer`, summarise.
+"""`connector export` and `connector load`: one-shot jobs on the sync's runner.
 
-Exit codes: 0 every table copied, 1 a table failed, 2 usage or configuration error,
-3 partial (some tables were skipped because the key may not read them).
+Each builds a job from its flags (`connector.jobs.config.one_shot_job`: the tables, one
+destination, every table read in full, no state file, no lock), runs it with
+`connector.jobs.runner.run_job` and prints the same summary a sync does (``--json``: the
+shape of ``connector sync --log-format json``). Exit codes are `connector.errors.ExitCode`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
-import pyarrow as pa
 
-from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Client
-from connector.load import sql
-from connector.load.csv import write_csv
-from connector.load.parquet import write_parquet
-from connector.load.transfer import Summary, export_path, transfer
-from connector.schema import Table
+from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
 
 __all__ = ["export", "load"]
+
+_MODES = ("replace", "append", "merge")
+_EXIT_CODES = """
+    \b
+    Exit codes: 0 every table copied · 1 a table failed, or none could be read
+                2 bad usage or configuration (an unknown --table among them)
+                3 partial (a table the key may not read was skipped)
+"""
 
 
 def _shared(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -33,7 +37,8 @@ def _shared(command: Callable[..., Any]) -> Callable[..., Any]:
                      default=DEFAULT_PAGE_SIZE, show_default=True, help="Rows per API request."),
         click.option("--base-url", envvar="CONNECTOR_BASE_URL",
                      help="API base URL ending in /v1 (default: $CONNECTOR_BASE_URL)."),
-        click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON."),
+        click.option("--json", "as_json", is_flag=True,
+                     help="Print the summary as JSON (the shape `connector sync` prints)."),
     ]):
         command = option(command)
     return command
@@ -51,66 +56,69 @@ def export(ctx: click.Context, out_dir: Path, fmt: str, tables: tuple[str, ...],
     """Export tables to Parquet or CSV files in a directory.
 
     One <table name>.parquet (or .csv) per table, written aside and renamed into place, so
-    a failed export leaves the previous file. The API key is read from CONNECTOR_API_KEY.
-
-    Exit codes: 0 every table exported · 1 a table failed · 2 bad usage or configuration ·
-    3 partial (a table the key may not read was skipped).
+    a failed export leaves the previous file. A second table with a name already taken gets
+    <table name>-<table id>. The API key is read from CONNECTOR_API_KEY.
     """
-    writer = write_parquet if fmt == "parquet" else write_csv
-    taken: set[Path] = set()
+    from connector.jobs.config import Destination
 
-    def write(table: Table, batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> tuple[int, str]:
-        path = export_path(out_dir, table, fmt, taken)
-        return writer(batches, schema, path), str(path)
+    destination = Destination(fmt, str(out_dir.resolve()), "replace", "--out")  # type: ignore[arg-type]
+    _run(ctx, "export", destination, tables, page_size, base_url, as_json)
 
-    with Client(base_url) as client:
-        summary = transfer(client, tables, write, page_size=page_size)
-    _report(summary, as_json, "exported")
-    ctx.exit(summary.exit_code)
+
+export.help = (export.help or "") + _EXIT_CODES
 
 
 @click.command()
 @click.option("--to", "url", required=True, metavar="URL",
               help="SQLAlchemy database URL, e.g. sqlite:///warehouse.db or postgresql://u@h/db.")
-@click.option("--mode", type=click.Choice(sql.MODES), default="replace", show_default=True,
+@click.option("--mode", type=click.Choice(_MODES), default="replace", show_default=True,
               help="replace: swap in a fresh table; append: add only rows whose _id the table "
                    "does not hold yet, leaving held rows unchanged; merge: upsert by row id.")
 @_shared
 @click.pass_context
-def load(ctx: click.Context, url: str, mode: sql.Mode, tables: tuple[str, ...],
+def load(ctx: click.Context, url: str, mode: str, tables: tuple[str, ...],
          page_size: int, base_url: str | None, as_json: bool) -> None:
     """Load tables into a SQL database, one SQL table per table.
 
     replace swaps each table in within one transaction, so readers never see it partial or
     empty. The API key is read from CONNECTOR_API_KEY.
-
-    Exit codes: 0 every table loaded · 1 a table failed · 2 bad usage or configuration ·
-    3 partial (a table the key may not read was skipped).
     """
-    engine = sql.connect(url)
-    try:
-        def write(table: Table, batches: Iterable[pa.RecordBatch], _: pa.Schema) -> tuple[int, str]:
-            return sql.load_table(batches, table, engine, mode=mode), table.name
+    from connector.jobs.config import Destination
 
-        with Client(base_url) as client:
-            summary = transfer(client, tables, write, page_size=page_size)
-    finally:
-        engine.dispose()
-    _report(summary, as_json, "loaded")
+    destination = Destination("sql", url, mode, "--to")  # type: ignore[arg-type]
+    _run(ctx, "load", destination, tables, page_size, base_url, as_json)
+
+
+load.help = (load.help or "") + _EXIT_CODES
+
+
+def _run(ctx: click.Context, command: str, destination: Any, tables: tuple[str, ...],
+         page_size: int, base_url: str | None, as_json: bool) -> None:
+    from connector.jobs.config import one_shot_job
+    from connector.jobs.runner import run_job
+
+    job = one_shot_job(command, destination, tables=tables, base_url=base_url,
+                       page_size=page_size)
+    summary = run_job(job, show_progress=None)
+    if as_json:
+        click.echo(json.dumps(summary.to_dict(), indent=2))
+    else:
+        _report(summary, "exported" if command == "export" else "loaded")
     ctx.exit(summary.exit_code)
 
 
-def _report(summary: Summary, as_json: bool, verb: str) -> None:
-    if as_json:
-        click.echo(json.dumps(summary.to_json(), indent=2))
-        return
+def _report(summary: Any, verb: str) -> None:
     for t in summary.tables:
         if t.status == "ok":
-            click.echo(f"{t.name}: {t.rows:,} rows in {t.seconds:.1f} s -> {t.target}")
+            where = ", ".join(t.targets)
+            click.echo(f"{t.table}: {t.rows_written:,} rows in {t.seconds:.1f} s -> {where}")
         else:
-            click.echo(f"{t.name}: {t.status}: {t.error}")
+            click.echo(f"{t.table}: {t.status}: {t.error}")
+    if summary.error:
+        click.echo(f"error: {summary.error}", err=True)
+    rows = sum(t.rows_written for t in summary.tables)
     click.echo(
-        f"{summary.count('ok')} of {len(summary.tables)} tables {verb}, {summary.rows:,} rows "
+        f"{summary.count('ok')} of {len(summary.tables)} tables {verb}, {rows:,} rows "
         f"in {summary.seconds:.1f} s"
         + (f"; {summary.count('skipped')} skipped" if summary.count("skipped") else "")
         + (f"; {summary.count('failed')} failed" if summary.count("failed") else "")

@@ -87,21 +87,27 @@ def merge_parquet(
     schema: pa.Schema,
     path: str | os.PathLike[str],
     *,
-    deleted_ids: Collection[str] = (),
+    deleted_ids: Collection[str] | pa.Array = (),
+    changed_ids: pa.Array | None = None,
     extracted_at: datetime | None = None,
 ) -> int:
     """Upsert `batches` by row id into the Parquet file at `path`, drop `deleted_ids`.
 
     For incremental syncs: the file is rewritten (streamed, atomically) with its old rows
     minus those changed or deleted, then the changed rows. Returns the rows now in the file.
-    A missing file is simply written.
+    A missing file is simply written. With `changed_ids` (the ids of `batches`, known to
+    the caller) the changed rows stream through; without, they are held to learn their ids.
     """
     id_name = _id_field(schema)
-    changed = [conform(batch, schema) for batch in batches]
-    drop = pa.array(
-        [*deleted_ids, *(i for b in changed for i in b.column(id_name).to_pylist())],
-        pa.string(),
-    )
+    deleted = _id_array(deleted_ids)
+    changed: Iterable[pa.RecordBatch]
+    if changed_ids is None:
+        held = [conform(batch, schema) for batch in batches]
+        changed_ids = _concat([b.column(id_name) for b in held])
+        changed = held
+    else:
+        changed = (conform(batch, schema) for batch in batches)
+    drop = _concat([deleted, changed_ids.cast(pa.string())])
 
     def rows() -> Iterator[pa.RecordBatch]:
         if Path(path).exists():
@@ -112,6 +118,20 @@ def merge_parquet(
         yield from changed
 
     return write_parquet(rows(), schema, path, extracted_at=extracted_at)
+
+
+def _id_array(ids: Collection[str] | pa.Array) -> pa.Array:
+    if isinstance(ids, pa.Array | pa.ChunkedArray):
+        return _concat([ids]) if isinstance(ids, pa.ChunkedArray) else ids.cast(pa.string())
+    return string_array(list(ids))
+
+
+def _concat(arrays: list[pa.Array] | list[pa.Array | pa.ChunkedArray]) -> pa.Array:
+    """One string array of every id in `arrays` (chunked ones flattened)."""
+    flat: list[pa.Array] = []
+    for a in arrays:
+        flat.extend(a.chunks if isinstance(a, pa.ChunkedArray) else [a])
+    return pa.concat_arrays([a.cast(pa.string()) for a in flat]) if flat else string_array([])
 
 
 def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:

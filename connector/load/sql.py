@@ -32,7 +32,7 @@ from connector.errors import ConfigError, DestinationError
 from connector.load.csv import as_text
 from connector.schema import Column, Table, arrow_schema
 
-__all__ = ["MODES", "Mode", "connect", "delete_ids", "load_table"]
+__all__ = ["MODES", "Mode", "connect", "delete_ids", "id_chunks", "load_table"]
 
 Mode = Literal["replace", "append", "merge"]
 MODES: tuple[str, ...] = get_args(Mode)
@@ -48,7 +48,7 @@ def load_table(
     *,
     mode: Mode = "replace",
     name: str | None = None,
-    deleted_ids: Collection[str] = (),
+    deleted_ids: Collection[str] | pa.Array = (),
 ) -> int:
     """Load `batches` (rows of `table`) into the SQL table `name` (default: the table's name).
 
@@ -57,7 +57,7 @@ def load_table(
     """
     if mode not in MODES:
         raise ConfigError(f"unknown load mode {mode!r}; use one of {', '.join(MODES)}")
-    if deleted_ids and mode != "merge":
+    if len(deleted_ids) and mode != "merge":
         raise ConfigError("deleted_ids only make sense with mode='merge'")
     name = name or table.name
     stream = iter(batches)
@@ -209,14 +209,24 @@ def _on_conflict(insert: Any, key: sa.Column[Any], others: list[str]) -> Any:
     )
 
 
-def _delete(conn: sa.Connection, target: sa.Table, ids: Collection[str]) -> int:
+def _delete(conn: sa.Connection, target: sa.Table, ids: Collection[str] | pa.Array) -> int:
     key = next(c for c in target.columns if c.primary_key)
-    ordered = list(ids)
     deleted = 0
-    for start in range(0, len(ordered), DELETE_CHUNK):
-        chunk = ordered[start : start + DELETE_CHUNK]
+    for chunk in id_chunks(ids):
         deleted += conn.execute(target.delete().where(key.in_(chunk))).rowcount
     return deleted
+
+
+def id_chunks(ids: Collection[str] | pa.Array, size: int = DELETE_CHUNK) -> Iterator[list[str]]:
+    """Ids (a Python collection or an Arrow array) as lists of at most `size`: one statement
+    each; an Arrow array is turned into Python strings one chunk at a time."""
+    if isinstance(ids, pa.Array):
+        for start in range(0, len(ids), size):
+            yield ids.slice(start, size).to_pylist()
+        return
+    ordered = list(ids)
+    for start in range(0, len(ordered), size):
+        yield ordered[start : start + size]
 
 
 def _add_missing_columns(conn: sa.Connection, target: sa.Table) -> None:

@@ -100,9 +100,14 @@ def test_export_csv_of_chosen_tables_with_a_json_summary(
     result = run(server, "export", "--out", str(tmp_path), "--format", "csv", "--table", table_id,
                  "--json", "--page-size", "2")
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.stdout)
-    assert (summary["rows"], summary["ok"], summary["skipped"], summary["failed"]) == (3, 1, 0, 0)
-    assert [(t["name"], t["status"], t["rows"]) for t in summary["tables"]] == [("orders", "ok", 3)]
+    summary = json.loads(result.stdout)  # the shape `connector sync --log-format json` prints
+    totals = summary["totals"]
+    assert (totals["rows_written"], totals["ok"], totals["skipped"], totals["failed"]) == (3, 1, 0, 0)
+    assert (summary["job"], summary["status"], summary["exit_code"], summary["state_file"]) == (
+        "export", "ok", 0, None)
+    assert [(t["table"], t["status"], t["read"], t["rows_written"]) for t in summary["tables"]] == [
+        ("orders", "ok", "full", 3)]
+    assert summary["tables"][0]["targets"] == [str(tmp_path / "orders.csv")]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["orders.csv"]
     frame = pd.read_csv(tmp_path / "orders.csv", keep_default_na=False, na_values={"Amount": [""]})
     assert len(frame) == 3 and set(frame["Name"]) == set(EXPECTED)
@@ -180,7 +185,8 @@ def test_a_table_the_key_may_not_read_is_skipped_with_exit_3(
                  "--table", secret_id, "--json", key=scoped)
     assert result.exit_code == 3, result.output
     summary = json.loads(result.stdout)
-    assert [(t["id"], t["status"]) for t in summary["tables"]] == [(secret_id, "skipped"), (orders_id, "ok")]
+    assert [(t["table_id"], t["status"]) for t in summary["tables"]] == [
+        (secret_id, "skipped"), (orders_id, "ok")]
     assert "403" in summary["tables"][0]["error"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["orders.parquet"]
     assert scoped not in result.output
@@ -197,7 +203,7 @@ def test_a_table_that_fails_is_reported_and_the_others_still_load_with_exit_1(
     result = run(server, "load", "--to", url, "--mode", "merge", "--json")
     assert result.exit_code == 1, result.output
     summary = json.loads(result.stdout)
-    assert sorted((t["name"], t["status"]) for t in summary["tables"]) == [
+    assert sorted((t["table"], t["status"]) for t in summary["tables"]) == [
         ("orders", "failed"), ("other", "ok")]
     failed = next(t for t in summary["tables"] if t["status"] == "failed")
     assert "'orders'" in failed["error"] and "ON CONFLICT" in failed["error"]
