@@ -1,6 +1,15 @@
 """The `connector` command: parse, call the library, print. No logic lives here.
 
-Exit codes: 0 ok, 1 failed, 2 usage or configuration error, 3 partial (some tables skipped).
+Exit codes are `connector.errors.ExitCode`, the same from every command:
+
+    0  done
+    1  failed: a table, a push or a destination failed, the source file is invalid, or
+       the server could not be reached (after the retry policy gave up)
+    2  bad usage or configuration, including a table no table answers to ("did you mean")
+    3  partial: some tables were skipped or failed, or the server rejected some rows
+    75 another run of the same job holds its lock
+    130 / 143  interrupted by Ctrl-C / SIGTERM
+
 Errors print one line without a traceback unless ``--debug`` is given.
 """
 
@@ -13,12 +22,8 @@ from typing import Any
 
 import click
 
-from connector.errors import ConnectorError
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_PARTIAL = 3
+from connector.errors import ConnectorError, ExitCode
+from connector.modes import DEFAULT_PUSH_MODE, PUSH_MODES
 
 
 class _Root(click.Group):
@@ -34,7 +39,7 @@ class _Root(click.Group):
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
-            ctx.exit(130)
+            ctx.exit(ExitCode.INTERRUPTED)
 
 
 @click.group(cls=_Root, context_settings={"help_option_names": ["-h", "--help"]})
@@ -143,8 +148,8 @@ def schema(table: str, base_url: str | None, as_json: bool) -> None:
 @click.option("--key", required=True, help="Key column(s), comma-separated; or 'id' (row id).")
 @click.option(
     "--mode",
-    type=click.Choice(["insert", "update", "upsert", "mirror"]),
-    default="upsert",
+    type=click.Choice(PUSH_MODES),
+    default=DEFAULT_PUSH_MODE,
     show_default=True,
     help="mirror = upsert, then delete table rows the source lacks.",
 )
@@ -230,4 +235,4 @@ def _push_finish(result: Any, rejects: Path, summary: str) -> None:
     click.echo(summary)
     if result.rejected:
         click.secho(f"{len(result.rejected)} row(s) rejected; written to {rejects}", fg="yellow", err=True)
-        sys.exit(EXIT_PARTIAL)
+        sys.exit(ExitCode.PARTIAL)

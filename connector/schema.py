@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     import sqlalchemy as sa
 
 __all__ = [
+    "CHECKBOX_FALSE",
+    "CHECKBOX_TRUE",
     "SYSTEM_FIELDS",
     "TYPES",
     "Column",
@@ -38,6 +40,12 @@ __all__ = [
 
 #: Row attributes that are not user columns, in the order they lead a frame.
 SYSTEM_FIELDS: tuple[str, ...] = ("id", "created_at", "updated_at")
+
+#: The words a checkbox cell may be written as, compared stripped and lower-cased, by every
+#: path that meets one as text (a spreadsheet being pushed, a server that sends strings).
+#: The API itself sends JSON true/false. "t"/"f" are PostgreSQL's, "x" a ticked box.
+CHECKBOX_TRUE: frozenset[str] = frozenset({"true", "t", "yes", "y", "1", "on", "x"})
+CHECKBOX_FALSE: frozenset[str] = frozenset({"false", "f", "no", "n", "0", "off"})
 
 #: Metadata keys written on Arrow (and so Parquet) schemas and fields.
 META_TABLE_ID = b"connector.table_id"

@@ -22,14 +22,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from connector.schema import Column
+from connector.schema import CHECKBOX_FALSE, CHECKBOX_TRUE, Column
 
 __all__ = ["Coerced", "canonical_dtype", "coerce_column", "same_values", "wire_values"]
 
 #: Cell texts that mean "no value" (what spreadsheets and pandas write for nulls).
 NULL_TOKENS = frozenset({"", "nan", "NaN", "None", "<NA>", "NaT", "null"})
-TRUE_TOKENS = frozenset({"true", "t", "yes", "y", "1", "on", "x"})
-FALSE_TOKENS = frozenset({"false", "f", "no", "n", "0", "off"})
 #: Excel's day zero (serial 1 is 1900-01-01 for every date after Excel's phantom 1900-02-29).
 EXCEL_EPOCH = dt.date(1899, 12, 30)
 #: Serial of 9999-12-31, the last date Excel knows.
@@ -244,8 +242,8 @@ def _number_strings(texts: pd.Series) -> tuple[pd.Series, np.ndarray[Any, Any], 
 
 def _checkbox_strings(texts: pd.Series) -> tuple[pd.Series, np.ndarray[Any, Any], Counter[str]]:
     lowered = texts.str.strip().str.lower()
-    true = lowered.isin(TRUE_TOKENS).to_numpy(dtype=bool)
-    false = lowered.isin(FALSE_TOKENS).to_numpy(dtype=bool)
+    true = lowered.isin(CHECKBOX_TRUE).to_numpy(dtype=bool)
+    false = lowered.isin(CHECKBOX_FALSE).to_numpy(dtype=bool)
     values = pd.Series(true, dtype="boolean")
     failed = ~(true | false)
     return values, failed, Counter({"checkbox from text": int((~failed).sum())})

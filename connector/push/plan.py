@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, cast
+from fractions import Fraction
+from typing import Any, cast
 
 import numpy as np
 import orjson
@@ -19,6 +20,7 @@ import pandas as pd
 
 from connector.api import MAX_BULK_ROWS
 from connector.errors import ConfigError, DeleteGuard, PlanError, ValidationReport
+from connector.modes import PUSH_MODES, PushMode
 from connector.push.coerce import coerce_column, same_values, wire_values
 from connector.push.live import Live
 from connector.push.validate import Key, Prepared, Problem
@@ -40,8 +42,9 @@ __all__ = [
     "make_plan",
 ]
 
-Mode = Literal["insert", "update", "upsert", "mirror"]
-MODES: tuple[Mode, ...] = ("insert", "update", "upsert", "mirror")
+#: Kept as names here for `connector.push`'s exports; defined in `connector.modes`.
+Mode = PushMode
+MODES = PUSH_MODES
 #: A mirror may delete at most this share of the table unless the user raises it.
 DEFAULT_MAX_DELETE_RATIO = 0.2
 PLAN_FORMAT = 1
@@ -235,13 +238,20 @@ def check_delete_guard(
 ) -> None:
     """Refuse a mirror deleting more than allowed (default 20% of the table; none if the
     source is empty) unless `max_delete_ratio` or `allow_delete` raise the limit."""
+    if max_delete_ratio is not None and not 0.0 <= max_delete_ratio <= 1.0:  # NaN too
+        raise ConfigError(f"max_delete_ratio must be between 0 and 1, not {max_delete_ratio}")
+    if allow_delete is not None and allow_delete < 0:
+        raise ConfigError(f"allow_delete must be 0 or more, not {allow_delete}")
     if not plan.deletes:
         return
     if max_delete_ratio is None and allow_delete is None:
         ratio = 0.0 if plan.source_rows == 0 else DEFAULT_MAX_DELETE_RATIO
     else:
         ratio = max_delete_ratio or 0.0
-    limit = max(math.floor(ratio * plan.table_rows), allow_delete or 0)
+    # As the decimal the user typed (repr is the shortest that round-trips): 0.57 of 100
+    # rows is 57, where the float product 56.99999999999999 would floor to 56.
+    share = Fraction(repr(ratio)) * plan.table_rows
+    limit = max(math.floor(share), allow_delete or 0)
     if len(plan.deletes) > limit:
         why = "the source is empty" if plan.source_rows == 0 else f"the limit is {limit}"
         raise DeleteGuard(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -11,8 +12,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from connector.cli import apply_command, main, push_command
+from connector.errors import ExitCode
 from connector.push import DEFAULT_CONCURRENCY
-from tests.fixtures.server import RunningServer
+from tests.fixtures.server import RunningServer, ServerFactory
 
 SPEC = {
     "name": "Stock",
@@ -176,3 +178,43 @@ def test_the_cli_concurrency_default_is_the_librarys_and_the_cli_starts_without_
         capture_output=True, text=True, check=True,
     )
     assert started.stdout.strip() == "False"
+
+
+def test_push_exits_3_when_the_server_rejects_rows(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    """Another client deletes rows while the push reads the table: their updates come back
+    404, are written to the rejects file, and the push is partial (exit 3), not failed."""
+    busy = server_factory(delete_on_read=2, max_page_size=50, seed=7)
+    table_id = stock(busy, "busy", 200)
+    source = tmp_path / "stock.csv"
+    source.write_text("Sku,Qty\n" + "".join(f"s{i},{i + 1000}\n" for i in range(200)), encoding="utf-8")
+
+    result = run(busy, "push", str(source), "--table", "busy", "--key", "Sku", "--mode", "update")
+
+    assert result.exit_code == ExitCode.PARTIAL == 3, result.output
+    rejected = int(result.output.split("rejected ")[1].split(",")[0])
+    assert rejected > 0 and f"{rejected} row(s) rejected" in result.output
+    assert "the row was deleted meanwhile" in (tmp_path / "stock.rejects.csv").read_text()
+    assert all(qty >= 1000 for qty in rows(busy, table_id).values())  # every row left was updated
+
+
+def test_apply_exits_3_when_the_server_rejects_rows(server: RunningServer, tmp_path: Path) -> None:
+    """A saved plan carries a value the server refuses (edited by hand here): the good rows
+    are written, the bad one goes to the rejects file, and the exit code says partial."""
+    table_id = stock(server, "edited", 1)
+    source = tmp_path / "stock.csv"
+    source.write_text("Sku,Qty,Kind\nn1,1,a\nn2,2,b\n", encoding="utf-8")
+    plan = tmp_path / "plan.json"
+    saved = run(server, "push", str(source), "--table", "edited", "--key", "Sku", "--plan-out", str(plan))
+    assert saved.exit_code == 0, saved.output
+    data = json.loads(plan.read_text())
+    data["creates"][1]["fields"]["Kind"] = "zzz"
+    plan.write_text(json.dumps(data))
+
+    result = run(server, "apply", str(plan))
+
+    assert result.exit_code == ExitCode.PARTIAL == 3, result.output
+    assert "created 1" in result.output and "1 row(s) rejected" in result.output
+    assert "zzz" in (tmp_path / "plan.rejects.csv").read_text()
+    assert rows(server, table_id) == {"s0": 0, "n1": 1}

@@ -148,14 +148,17 @@ def test_unknown_mode_is_a_config_error() -> None:
         plan({"Name": ["Ann"]}, CURRENT, "sync")
 
 
-@pytest.mark.xfail(
-    strict=True, raises=DeleteGuard,
-    reason="plan.check_delete_guard floors 0.57 * 100 == 56.99999999999999 to 56; fix: "
-    "math.floor(round(ratio * plan.table_rows, 6)) (connector/push/plan.py, not this file's owner)",
-)
 def test_the_delete_guard_allows_exactly_the_ratio_given() -> None:
     """57% of 100 rows is 57 rows: a ratio the user typed must not lose a row to float error."""
     hundred = live(*((f"row_{i}", {"Name": f"n{i}"}) for i in range(100)))
     gone = plan({"Name": [f"n{i}" for i in range(43)]}, hundred, "mirror")
     assert len(gone.deletes) == 57
     check_delete_guard(gone, max_delete_ratio=0.57)
+
+
+@pytest.mark.parametrize("options", [{"max_delete_ratio": 1.5}, {"max_delete_ratio": float("nan")},
+                                     {"max_delete_ratio": -0.1}, {"allow_delete": -1}])
+def test_a_delete_limit_out_of_range_is_a_configuration_error(options: dict[str, float]) -> None:
+    table = live(("row_a", {"Name": "a"}))
+    with pytest.raises(ConfigError, match="must be"):
+        check_delete_guard(plan({"Name": ["a"]}, table, "mirror"), **options)

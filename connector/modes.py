@@ -1,0 +1,24 @@
+"""What a push or a load may do to its target: the modes, named once.
+
+The CLI's choices, the job file's checks and the library's own all import these. The
+module is cheap to import on purpose (no pandas, no SQLAlchemy): `connector --help` lists
+the choices without loading either.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+__all__ = ["DEFAULT_PUSH_MODE", "PUSH_MODES", "WRITE_MODES", "PushMode", "WriteMode"]
+
+#: How a push changes a table to match its source, by key:
+#: ``insert`` creates rows whose key is new; ``update`` changes rows whose key exists;
+#: ``upsert`` does both; ``mirror`` upserts, then deletes the rows the source lacks.
+PushMode = Literal["insert", "update", "upsert", "mirror"]
+PUSH_MODES: tuple[PushMode, ...] = get_args(PushMode)
+DEFAULT_PUSH_MODE: PushMode = "upsert"
+
+#: How a load writes a table into a destination: ``replace`` it whole, ``append`` the rows,
+#: or ``merge`` them by ``_id`` (an upsert).
+WriteMode = Literal["replace", "append", "merge"]
+WRITE_MODES: tuple[WriteMode, ...] = get_args(WriteMode)
