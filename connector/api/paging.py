@@ -8,30 +8,34 @@ first page gives the applied limit; the pages after it are fetched concurrently 
 `concurrency` in flight) and handed over in order. Naive offset stepping skips a row for
 every row deleted before the offset; it is never used, least of all to decide a deletion.
 
-Consistency while others write. Consecutive pages overlap by one row: page k starts at the
-offset of page k-1's last row. By ``created_at``, rows are only ever appended at the end (a
+Consistency while others write. Consecutive pages overlap: page k starts at the offset of
+one of page k-1's last rows. By ``created_at``, rows are only ever appended at the end (a
 new row has the newest timestamp; updates do not move a row), so a delete before an edge
-shifts later rows left, and the overlap row is then not where it was (by ``id``, a new row
-may also shift rows right; the overlap check sees that too). When page k does not
-start with page k-1's last row, the pages after k-1 are dropped and the read resumes right
-after the last row it emitted:
+shifts later rows left, and the row emitted last is then not where it was (by ``id``, a new
+row may also shift rows right; the check sees that too). Each page continues after the row
+emitted last that it holds (the anchor): every row after the anchor when the page was read
+is in it, so nothing is skipped. A page that holds no row emitted lately is repaired where
+it stands, while the pages after it go on loading: windows read around the offset where the
+last row was, stepping back until one holds it (or another row emitted lately), then forward
+until the waiting page joins on; after a repair the overlap grows (up to half a page), so a
+table under steady change needs few repairs. Only if every row emitted lately has vanished
+does the read resume by key, where the server accepts filters on the order key (checked
+once): by ``created_at``, first ``created_at == t and id > last id`` (the rest of its
+timestamp), then ``created_at > t``; by ``id``, ``id > last id``. `MAX_RESUMES` repairs in a
+row that read no new row end the read; repairs that move it on are not counted.
 
-* by key, where the server accepts filters on the order key (checked once): by
-  ``created_at``, first ``created_at == t and id > last id`` (the rest of its timestamp),
-  then ``created_at > t``; by ``id``, ``id > last id``; each read the same way;
-* otherwise by finding that row (or a later one of its page) again near its old offset.
-
+No id is emitted twice: rows found after an anchor are dropped when emitted lately (the last
+two pages' worth, at least `MIN_RECENT`); every row emitted before those sorts before them.
 Every page is checked to really come in the order asked (its system key non-decreasing). A
 server that does not honour the sort (or one where no key is free) is read in its default
-order, by offset, resuming by finding the last rows again, and every id already emitted is
-dropped, so no id is emitted twice. For that, emitted ids are remembered as 64-bit hashes
-(8 bytes a row in an array; a set of them once in that mode, or from the start when reading
-by ``updated_at``); two ids sharing a hash would drop the second, never repeat it.
+order, by offset, and every id already emitted is dropped. For that, emitted ids are
+remembered as 64-bit hashes (8 bytes a row in an array; a set of them once in that mode, or
+from the start when reading by ``updated_at``); two ids sharing a hash would drop the
+second, never repeat it.
 
-If every edge matches, each page continues exactly where the previous one ended, so no row
-that existed throughout the read is skipped and no id is emitted twice (ids of the previous
-page are also dropped, belt and braces). The read ends on a short or empty page, never on
-the total alone (the total is unreliable under a filter).
+The read ends on a short or empty page (or repair window) that continues it, never on the
+total alone (the total is unreliable under a filter): every row after its anchor when it was
+read is in it, so no row that existed throughout the read comes later.
 """
 
 from __future__ import annotations
@@ -41,17 +45,20 @@ from array import array
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
+from itertools import chain, compress
 from operator import itemgetter
 from typing import Any, TypeAlias
 
 from connector.api.client import AsyncClient
-from connector.errors import ApiValidationError, BadRequest, ConnectorError
+from connector.errors import ApiValidationError, BadRequest, ExtractionError
 from connector.schema import Table
 
 __all__ = [
     "AHEAD",
     "MAX_RESUMES",
     "MAX_SEARCH_WINDOWS",
+    "MIN_RECENT",
     "ORDER_KEYS",
     "Cells",
     "ExtractionError",
@@ -61,10 +68,13 @@ __all__ = [
 
 #: Finished pages that may wait for an earlier, slower one, per request in flight.
 AHEAD = 4
-#: A read that had to resume this many times gives up (the table changes faster than we read).
+#: A read that had to repair this many shifts in a row without reading a new row gives up
+#: (the table changes faster than we read). Repairs that move the read on are not counted.
 MAX_RESUMES = 1000
-#: Windows searched backwards for the last emitted row when resuming by offset.
+#: Windows searched backwards for the rows emitted last when repairing a shift.
 MAX_SEARCH_WINDOWS = 20
+#: Ids emitted lately that a repair may find again: at least two pages, and at least this many.
+MIN_RECENT = 64
 #: Order keys in preference: system fields new rows cannot enter in the middle of (creation
 #: time), that filters resume after exactly (ids), or where rows only move to the end (last
 #: update). The first a user column does not shadow is used; none: the server's default order.
@@ -78,10 +88,6 @@ Cells: TypeAlias = list[list[Any]]
 
 _SYSTEM_KEYS = itemgetter("id", "created_at", "updated_at")
 _FIELDS_KEY = itemgetter("fields")
-
-
-class ExtractionError(ConnectorError):
-    """The table changed so much during the read that it could not be repaired."""
 
 
 def _order_key(table: Table) -> str | None:
@@ -104,32 +110,74 @@ def _ascending(values: list[Any]) -> bool:
 
 @dataclass(frozen=True)
 class _Page:
-    """A page's cells, column by column, its row ids, and whether it came in the order asked."""
+    """A page's cells, column by column, and its row ids."""
 
     ids: list[str]
     cells: Cells
     limit: int
     total: int | None
     last_created_at: str | None
-    ordered: bool
 
 
 @dataclass(frozen=True)
 class _Edge:
-    """The last row emitted, where it was read, and the ids of its page: where to resume."""
+    """The last row emitted when the read lost its place: where a keyed resume goes on from."""
 
     row_id: str
     created_at: str | None
-    offset: int  # absolute, in the unresumed order; only meaningful for offset resumes
-    page_ids: tuple[str, ...]
 
-    @classmethod
-    def after(cls, page: _Page, offset: int) -> _Edge:
-        return cls(page.ids[-1], page.last_created_at, offset + len(page.ids) - 1, tuple(page.ids))
+
+class _Recent:
+    """The ids emitted lately, in the order emitted (the read's order): anchors to find the
+    read's place again after a shift, and ids not to emit twice.
+
+    Keeps at least `keep` ids (whole emissions); everything emitted before them sorts before
+    them, so a row found after an anchor is new unless it is one of these.
+    """
+
+    def __init__(self, keep: int) -> None:
+        self._keep = keep
+        self._chunks: deque[list[str]] = deque()
+        self._count = 0
+        self.ids: set[str] = set()
+        self.last: str | None = None
+        self.last_created_at: str | None = None
+
+    def add(self, ids: list[str], last_created_at: str | None) -> None:
+        self._chunks.append(ids)
+        self.ids.update(ids)
+        self._count += len(ids)
+        self.last, self.last_created_at = ids[-1], last_created_at
+        while self._count - len(self._chunks[0]) >= self._keep:
+            old = self._chunks.popleft()
+            self._count -= len(old)
+            self.ids.difference_update(old)
+
+    def anchor(self, ids: list[str]) -> int | None:
+        """The index in `ids` of the row emitted last of those there, or None."""
+        if self.last is None:
+            return None
+        try:
+            return ids.index(self.last)  # the usual case: the overlap row, near the start
+        except ValueError:
+            pass
+        if self.ids.isdisjoint(ids):
+            return None
+        rank = {row_id: i for i, row_id in enumerate(chain.from_iterable(self._chunks))}
+        return max((rank[row_id], i) for i, row_id in enumerate(ids) if row_id in rank)[1]
+
+
+class _Took(Enum):
+    """What a snapshot (a page or a repair window) did for the read."""
+
+    JOINED = "joined"  # it continued where the read stood
+    BEHIND = "behind"  # its rows after the read's place were all emitted already: dropped
+    MISSED = "missed"  # no row emitted lately is in it: a shift opened a gap before it
+    DONE = "done"  # it continued the read to the end of the table
 
 
 class PageReader:
-    """Reads pages concurrently, checks every page edge, resumes after a shift."""
+    """Reads pages concurrently, checks every page edge, repairs a shift where it happened."""
 
     def __init__(
         self,
@@ -156,6 +204,11 @@ class PageReader:
         self._emitted: array[int] = array("q")
         #: Once reading in the server's default order: every id hash emitted, dropped on sight.
         self._seen: set[int] | None = None if self._key in ("created_at", "id") else set()
+        self._recent = _Recent(2 * max(page_size, MIN_RECENT))
+        #: Where the last row emitted was (its offset when last read): where a repair looks.
+        self._place = 0
+        #: Repairs in a row that emitted nothing new; `MAX_RESUMES` of them end the read.
+        self._idle = 0
         self.resumes = 0
 
     async def read(self) -> None:
@@ -167,20 +220,27 @@ class PageReader:
             self._key, self._by_key = None, False
             self._seen = (self._seen or set()).union(self._emitted)
             del self._emitted[:]
+            self._recent = _Recent(2 * max(self._page_size, MIN_RECENT))
             await self._read()
 
     async def _read(self) -> None:
-        edge = await self._pass(self._filter, 0, None)
+        edge = await self._pass(self._filter)
         while edge is not None:
-            self.resumes += 1
-            if self.resumes > MAX_RESUMES:
+            self._count_repair()
+            if not await self._keys_work(edge):
                 raise ExtractionError(
-                    f"table {self._table.name!r} changed faster than it could be read; try again"
+                    f"table {self._table.name!r}: every row read last was deleted while reading "
+                    "and the read cannot resume safely on this server; try again"
                 )
-            if await self._keys_work(edge):
-                edge = await self._resume_by_key(edge)
-            else:
-                edge = await self._resume_by_offset(edge)
+            edge = await self._resume_by_key(edge)
+
+    def _count_repair(self) -> None:
+        self.resumes += 1
+        self._idle += 1
+        if self._idle > MAX_RESUMES:
+            raise ExtractionError(
+                f"table {self._table.name!r} changed faster than it could be read; try again"
+            )
 
     async def _fetch(
         self, filter: Mapping[str, Mapping[str, Any]], offset: int, limit: int
@@ -196,43 +256,37 @@ class PageReader:
         )
         rows = page.raw
         cells = split_rows(rows, self._names)
+        if not (key is None or _ascending(cells[_KEY_CELLS[key]])):
+            raise _Unordered
         return _Page(
             ids=cells[0],
             cells=cells,
             limit=page.limit,
             total=page.total,
             last_created_at=rows[-1].get("created_at") if rows else None,
-            ordered=key is None or _ascending(cells[_KEY_CELLS[key]]),
         )
 
-    async def _pass(
-        self, filter: Mapping[str, Mapping[str, Any]], start: int, anchor: _Edge | None
-    ) -> _Edge | None:
-        """Reads from offset `start` to a short page; returns the edge where a shift showed.
+    async def _pass(self, filter: Mapping[str, Mapping[str, Any]]) -> _Edge | None:
+        """Reads from offset 0 of `filter` to the end; an edge if the read lost its place.
 
-        With an `anchor`, the first page must begin with the anchor's row (already emitted).
+        Pages are fetched `limit - overlap` apart, so each should begin with the last rows of
+        the one before. One that does not is repaired on the spot (`_repair`) while the
+        pages after it go on loading; the overlap then grows, up to half a page, so a table
+        under steady change needs few repairs.
         """
-        first = await self._fetch(filter, start, self._page_size)
+        first = await self._fetch(filter, 0, self._page_size)
         limit = first.limit
         if limit < 2:
             raise ExtractionError(f"the server applied a page limit of {limit}; need at least 2")
-        if not first.ordered:
-            raise _Unordered
-        if anchor is None:
-            await self._emit_new(first, skip_first=False, seen=())
-        elif not first.ids or first.ids[0] != anchor.row_id:
-            return _Edge(anchor.row_id, anchor.created_at, start, anchor.page_ids)
-        else:
-            await self._emit_new(first, skip_first=True, seen=anchor.page_ids)
+        await self._emit_from(first, 0, 0)
         if len(first.ids) < limit:
             return None
-        step = limit - 1
+        overlap = 1
         planned_end = first.total if first.total is not None else 0  # a hint, never trusted
-        next_offset = start + step
+        next_offset = limit - overlap
         # Pages in offset order; at most `concurrency` of them still running. Finished ones may
         # wait for an earlier page (one stalled by a Retry-After), up to `AHEAD` per request.
         pending: deque[tuple[int, asyncio.Task[_Page]]] = deque()
-        prev, prev_offset = first, start
         try:
             while True:
                 running = sum(not task.done() for _, task in pending)
@@ -243,7 +297,7 @@ class PageReader:
                 ):
                     task = asyncio.create_task(self._fetch(filter, next_offset, limit))
                     pending.append((next_offset, task))
-                    next_offset += step
+                    next_offset += limit - overlap
                     running += 1
                 offset, head = pending[0]
                 if not head.done():
@@ -254,39 +308,109 @@ class PageReader:
                     continue
                 pending.popleft()
                 page = head.result()
-                if not page.ordered:
-                    raise _Unordered
-                if not page.ids or page.ids[0] != prev.ids[-1]:
-                    return _Edge.after(prev, prev_offset)
-                await self._emit_new(page, skip_first=True, seen=prev.ids)
-                if len(page.ids) < page.limit:
+                took = await self._take(page, offset)
+                if took is _Took.MISSED:
+                    overlap = min(max(1, limit // 2), overlap * 2)
+                    repaired = await self._repair(filter, limit, page, offset)
+                    if isinstance(repaired, _Edge):
+                        return repaired
+                    took = repaired
+                if took is _Took.DONE:
                     return None
-                prev, prev_offset = page, offset
         finally:
             for _, task in pending:
                 task.cancel()
             if pending:
                 await asyncio.gather(*(task for _, task in pending), return_exceptions=True)
 
-    async def _emit_new(self, page: _Page, *, skip_first: bool, seen: Sequence[str]) -> None:
-        """Emits the page without its overlap row, and without ids the previous page had."""
-        cells = [column[1:] for column in page.cells] if skip_first else page.cells
+    async def _take(self, page: _Page, offset: int) -> _Took:
+        """Emits what `page` (read at `offset`) adds after the row emitted last of those in it."""
+        at = self._recent.anchor(page.ids)
+        if at is None:
+            return _Took.MISSED
+        at_last = page.ids[at] == self._recent.last
+        emitted = await self._emit_from(page, at + 1, offset)
+        if len(page.ids) < page.limit:
+            # Every row after the anchor when the page was read is in it: nothing that existed
+            # throughout the read comes after it.
+            return _Took.DONE
+        if emitted:
+            return _Took.JOINED
+        if at_last:
+            self._place = offset + at
+            return _Took.JOINED
+        return _Took.BEHIND
+
+    async def _repair(
+        self, filter: Mapping[str, Mapping[str, Any]], limit: int, page: _Page, offset: int
+    ) -> _Took | _Edge:
+        """Fills the gap a shift opened before `page`: windows around where the last row was
+        read, stepping back until one holds a row emitted lately, then forward until `page`
+        joins on (or is passed). Each window is one consistent read, so the rows after the
+        anchor in it are all the rows that followed it then."""
+        self._count_repair()
+        start = max(0, self._place + 1 - limit // 2)
+        back = 0
+        while True:
+            window = await self._fetch(filter, start, limit)
+            at = self._recent.anchor(window.ids)
+            if at is None:
+                if start == 0 or back >= MAX_SEARCH_WINDOWS:
+                    last = self._recent.last
+                    assert last is not None  # the first page of a pass emits or ends the pass
+                    return _Edge(last, self._recent.last_created_at)
+                back += 1
+                start = max(0, start - (window.limit - 1))
+                continue
+            back = 0
+            if not await self._emit_from(window, at + 1, start):
+                self._place = start + at
+                self._count_repair()
+            if len(window.ids) < window.limit:
+                return _Took.DONE
+            took = await self._take(page, offset)
+            if took is not _Took.MISSED:
+                return took
+            if self._place >= offset + len(page.ids):
+                return _Took.BEHIND  # read past where the page was: nothing of it is missing
+            start = max(0, self._place + 1 - limit // 2)
+
+    async def _emit_from(self, page: _Page, start: int, offset: int) -> int:
+        """Emits the page's rows from index `start` on that were not emitted before.
+
+        Returns how many rows the read moved past: rows not emitted lately (in the server's
+        default order some of them may still be dropped as emitted long ago). `offset` is
+        where the page was read: the last of those rows becomes the read's place.
+        """
+        cells = [column[start:] for column in page.cells] if start else page.cells
+        ids = cells[0]
+        if not ids:
+            return 0
+        recent = self._recent.ids
         keep: list[bool] | None = None
+        if not recent.isdisjoint(ids):
+            keep = [row_id not in recent for row_id in ids]
+            if not any(keep):
+                return 0
+        last = len(ids) - 1 if keep is None else max(i for i, k in enumerate(keep) if k)
+        self._place = offset + start + last
+        self._recent.add(ids if keep is None else list(compress(ids, keep)), cells[1][last])
+        self._idle = 0
+        moved = len(ids) if keep is None else sum(keep)
         if self._seen is not None:
-            hashes = list(map(hash, cells[0]))
+            hashes = list(map(hash, ids))
             if not self._seen.isdisjoint(hashes):
-                keep = [h not in self._seen for h in hashes]
+                unseen = [h not in self._seen for h in hashes]
+                keep = unseen if keep is None else [a and b for a, b in zip(keep, unseen, strict=True)]
             self._seen.update(hashes)
-        else:
-            again = set(cells[0]).intersection(seen)
-            if again:
-                keep = [row_id not in again for row_id in cells[0]]
         if keep is not None:
-            cells = [[v for v, k in zip(column, keep, strict=True) if k] for column in cells]
+            cells = [list(compress(column, keep)) for column in cells]
+        if not cells[0]:
+            return moved
         if self._seen is None:
             self._emitted.extend(map(hash, cells[0]))
-        if cells[0]:
-            await self._emit(cells)
+        await self._emit(cells)
+        return moved
 
     async def _keys_work(self, edge: _Edge) -> bool:
         """Whether we may resume by key: the server filters on the order key, unambiguously.
@@ -322,36 +446,13 @@ class PageReader:
 
     async def _resume_by_key(self, edge: _Edge) -> _Edge | None:
         if self._key == "id":
-            return await self._pass(self._after_id_filter(edge), 0, None)
-        shift = await self._pass(self._tie_filter(edge), 0, None)
+            return await self._pass(self._after_id_filter(edge))
+        shift = await self._pass(self._tie_filter(edge))
         if shift is not None:
             return shift
         if "eq" in self._filter.get("created_at", {}):
             return None  # every matching row has the same timestamp: the ties were all of them
-        return await self._pass(self._after_filter(edge), 0, None)
-
-    async def _resume_by_offset(self, edge: _Edge) -> _Edge | None:
-        """Finds the last emitted row (or a later-read one of its page) again, near its offset.
-
-        Rows only move left (deletes before them), so the search walks back from the old offset.
-        """
-        rank = {row_id: i for i, row_id in enumerate(edge.page_ids)}
-        window = self._page_size
-        start = max(0, edge.offset + 2 - window)
-        for _ in range(MAX_SEARCH_WINDOWS):
-            page = await self._fetch(self._filter, start, window)
-            found = [(rank[row_id], i) for i, row_id in enumerate(page.ids) if row_id in rank]
-            if found:
-                _, at = max(found)
-                anchor = _Edge(page.ids[at], None, start + at, edge.page_ids)
-                return await self._pass(self._filter, start + at, anchor)
-            if start == 0:
-                break
-            start = max(0, start - (page.limit - 1))
-        raise ExtractionError(
-            f"table {self._table.name!r}: rows read last were deleted while reading and the read "
-            "cannot resume safely on this server; try again"
-        )
+        return await self._pass(self._after_filter(edge))
 
 
 def split_rows(rows: Sequence[Mapping[str, Any]], names: Sequence[str]) -> Cells:
