@@ -44,14 +44,16 @@ destination holds a row deleted before the run began (the two balance). That row
 kept one run too long: the next run's counts differ and its id pass removes it. Runs with
 ``--verify`` (or ``[sync] verify_every``) skip the count and compare every row.
 
-Requests of a quiet incremental run (nothing changed upstream), ``deletes`` delete or mark:
+Requests of a quiet incremental run (nothing changed upstream), ``deletes`` delete or mark
+(tests/jobs/test_sync.py counts them):
 
     GET /tables                                                        once
+    GET /tables/{id}                                                   each table's schema,
+                                                                       all before any read
     per table:
-      GET /tables/{id}                                                 the schema
       GET /tables/{id}/rows?limit=1&sort=updated_at&order=desc&filter={updated_at>cursor}  S
       GET /tables/{id}/rows?limit=1[&filter=<job filter>]              the count N
-      GET /tables/{id}/rows?limit=<page>&offset=0&sort=created_at&order=asc
+      GET /tables/{id}/rows?limit=1000&sort=created_at&order=asc
           &filter={updated_at>cursor}                                  the re-read R (empty)
 
 that is 1 + 4 per table (1 + 2 with ``deletes = "keep"``); nothing is written.

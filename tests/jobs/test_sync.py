@@ -434,3 +434,83 @@ def test_a_sql_replace_destination_beside_a_merge_one_takes_no_deletes(
     assert result(summary, "People").rows_deleted == 1
     assert sorted(sql_people(f"sqlite:///{tmp_path / 'replaced.db'}")) == EXPECTED_AFTER_CHANGES
     assert list(parquet_people(tmp_path / "merged").index) == EXPECTED_AFTER_CHANGES
+
+
+def test_a_quiet_incremental_run_makes_exactly_the_documented_requests(
+    workspace: Workspace, proxy: Proxy
+) -> None:
+    """The list in connector/jobs/runner.py's docstring (and the README): 1 + 4 per table."""
+    job = workspace.job(INCREMENTAL + BOTH)
+    workspace.run(job)
+    state = load_state(workspace.directory / "job.state.json")
+    sent: list[httpx.Request] = []
+
+    def count(request: httpx.Request) -> None:
+        sent.append(request)
+
+    summary = workspace.run(job, transport=proxy(count))
+
+    assert {t.status for t in summary.tables} == {"unchanged"}
+    tables = (workspace.people, workspace.notes)
+    expected: list[tuple[str, dict[str, str]]] = [("/v1/tables", {})]
+    expected += [(f"/v1/tables/{table_id}", {}) for table_id in tables]
+    for table_id in tables:
+        cursor = state.tables[table_id].cursor
+        newer = json.dumps({"updated_at": {"gt": cursor}}, separators=(",", ":"))
+        rows = f"/v1/tables/{table_id}/rows"
+        expected += [
+            (rows, {"limit": "1", "sort": "updated_at", "order": "desc", "filter": newer}),
+            (rows, {"limit": "1"}),
+            (rows, {"limit": "1000", "sort": "created_at", "order": "asc", "filter": newer}),
+        ]
+    got = [
+        (r.url.path, {k: v for k, v in r.url.params.items() if k != "offset" or v != "0"})
+        for r in sent
+    ]
+    assert [r.method for r in sent] == ["GET"] * len(expected)
+    assert [(path, {k: json.dumps(json.loads(v), separators=(",", ":")) if k == "filter" else v
+                    for k, v in params.items()}) for path, params in got] == expected
+
+
+@pytest.mark.parametrize("lost", ["parquet", "sqlite"])
+def test_a_destination_that_disappeared_forces_a_full_reread(
+    workspace: Workspace, tmp_path: Path, lost: str
+) -> None:
+    job = workspace.job(INCREMENTAL + '[tables]\ninclude = ["People"]\n' + BOTH)
+    workspace.run(job)
+    if lost == "parquet":
+        (tmp_path / "pq" / "People.parquet").unlink()
+    else:
+        with sa.create_engine(f"sqlite:///{tmp_path / 'wh.db'}").begin() as conn:
+            conn.exec_driver_sql('DROP TABLE "People"')
+    change_people(workspace)
+
+    summary = workspace.run(job)
+
+    assert (result(summary, "People").read, result(summary, "People").rows_read) == ("full", 10)
+    assert list(parquet_people(tmp_path / "pq").index) == EXPECTED_AFTER_CHANGES
+    assert sorted(sql_people(f"sqlite:///{tmp_path / 'wh.db'}")) == EXPECTED_AFTER_CHANGES
+
+
+def test_two_tables_whose_names_differ_only_in_case_get_distinct_files_and_sql_tables(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """SQLite (and many file systems) do not tell 'Notes' from 'notes': the later table's
+    file and SQL table get its id, as exports always did."""
+    twin = workspace.server.create_table(
+        {"name": "notes", "columns": [{"name": "Other", "type": "text"}]}
+    )
+    workspace.server.insert_rows(twin, [{"Other": "x"}])
+
+    summary = workspace.run(workspace.job(BOTH))
+
+    assert summary.status == "ok", summary
+    assert result(summary, "notes").targets == (
+        str(tmp_path / "pq" / f"notes-{twin}.parquet"),
+        f"notes-{twin}",
+    )
+    assert pq.read_table(tmp_path / "pq" / f"notes-{twin}.parquet").column_names[-1] == "Other"
+    assert pq.read_table(tmp_path / "pq" / "Notes.parquet").column_names[-1] == "Text"
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'wh.db'}")
+    assert sorted(sa.inspect(engine).get_table_names()) == sorted(["People", "Notes", f"notes-{twin}"])
+    engine.dispose()
