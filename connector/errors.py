@@ -3,6 +3,7 @@
     ConnectorError                  root: catch this to catch everything we raise
     ├── ConfigError                 fix the configuration or the command line  (exit 2)
     │   ├── TableNotFound           no table by that id or name; close matches listed
+    │   ├── ColumnNotFound          a column named (columns=, a filter) is not in the table
     │   └── DeleteGuard             a mirror would delete too much: raise the limit to go on
     ├── InputError                  fix the source data; nothing was written   (exit 1)
     │   ├── SourceError             the file cannot be read as a table (format, sheet, header)
@@ -49,6 +50,7 @@ __all__ = [
     "AuthError",
     "BadRequest",
     "CellWarning",
+    "ColumnNotFound",
     "ConfigError",
     "ConnectorError",
     "ConnectorWarning",
@@ -116,6 +118,10 @@ class TableNotFound(ConfigError):
         #: The value that was looked up, and the table names it was close to.
         self.wanted = wanted
         self.suggestions = tuple(suggestions)
+
+
+class ColumnNotFound(ConfigError):
+    """A column asked for by name is not in the table (the message lists the close matches)."""
 
 
 class DeleteGuard(ConfigError):

@@ -10,6 +10,7 @@ and pandas until pyarrow itself asks for it.
 
 from __future__ import annotations
 
+import difflib
 import json
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from connector.errors import UnknownColumnTypeWarning
+from connector.errors import ColumnNotFound, UnknownColumnTypeWarning
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -185,11 +186,19 @@ class Table:
         return [c.name for c in self.columns]
 
     def column(self, name: str) -> Column:
-        """The column called exactly `name`; KeyError names the known columns otherwise."""
+        """The column called exactly `name`; `ColumnNotFound` suggests the close ones otherwise."""
         for col in self.columns:
             if col.name == name:
                 return col
-        raise KeyError(f"table {self.name!r} has no column {name!r}; columns: {self.column_names}")
+        names = self.column_names
+        close = difflib.get_close_matches(name, names, n=3)
+        close += [n for n in names if n.casefold() == name.casefold() and n not in close]
+        hint = (
+            "did you mean " + " or ".join(map(repr, close)) + "?"
+            if close
+            else f"columns: {', '.join(map(repr, names)) or 'none'}"
+        )
+        raise ColumnNotFound(f"table {self.name!r} has no column {name!r}; {hint}")
 
     def system_names(self) -> dict[str, str]:
         """Frame column names for the row id and timestamps: ``_id``, ``_created_at``, ...

@@ -17,6 +17,7 @@ from connector.api.client import Filter
 from connector.api.models import TableSummary
 from connector.errors import NotFound, PermissionDenied, SkippedTableWarning
 from connector.extract import DEFAULT_CONCURRENCY, Extraction
+from connector.modes import DEFAULT_PUSH_MODE, PushMode
 from connector.schema import Table
 from connector.tables import resolve_table, table_not_found
 
@@ -68,6 +69,8 @@ class Workspace:
         self, table: str, *, filter: Filter | None = None, columns: Sequence[str] | None = None
     ) -> Extraction:
         """A streamed read of a table (record batches), for tables too big for one frame."""
+        if isinstance(columns, str):
+            columns = [columns]  # one column, not its letters
         return Extraction(
             self.client,
             self._resolve(table),
@@ -106,7 +109,7 @@ class Workspace:
         *,
         table: str,
         key: str | Sequence[str],
-        mode: str = "upsert",
+        mode: PushMode = DEFAULT_PUSH_MODE,
         dry_run: bool = False,
         **options: Any,
     ) -> Any:

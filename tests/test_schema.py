@@ -9,8 +9,11 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from connector.errors import UnknownColumnTypeWarning
+from connector.errors import ColumnNotFound, ConfigError, UnknownColumnTypeWarning
+from connector.push.coerce import coerce_column
 from connector.schema import (
+    CHECKBOX_FALSE,
+    CHECKBOX_TRUE,
     TYPES,
     Column,
     Table,
@@ -85,3 +88,34 @@ def test_a_column_from_the_api_keeps_required_and_options() -> None:
     column = Column.from_api({"name": "S", "type": "choice", "options": ["x"], "required": True})
     assert (column.id, column.required, column.options) == ("col_S", True, ("x",))
     assert column.pandas_dtype == pd.CategoricalDtype(["x"])
+
+
+def test_a_missing_column_suggests_the_close_ones() -> None:
+    with pytest.raises(ColumnNotFound) as caught:
+        TABLE.column("Stat")
+    assert str(caught.value) == "table 'People' has no column 'Stat'; did you mean 'Status'?"
+    assert isinstance(caught.value, ConfigError) and not isinstance(caught.value, KeyError)
+    with pytest.raises(ColumnNotFound, match=r"did you mean 'Name'\?$"):
+        TABLE.column("NAME")  # names are exact: a case-insensitive match is only a hint
+    with pytest.raises(ColumnNotFound, match=r"; columns: 'Name', 'Status', 'id', '_id'$"):
+        TABLE.column("Postcode")
+
+
+def test_an_arrow_schema_of_a_missing_column_is_a_configuration_error() -> None:
+    with pytest.raises(ColumnNotFound, match="'Colour'"):
+        arrow_schema(TABLE, ["Name", "Colour"])
+
+
+def test_checkbox_words_are_one_vocabulary_without_overlap() -> None:
+    assert {"true", "t", "yes", "1", "x"} <= CHECKBOX_TRUE
+    assert {"false", "f", "no", "0"} <= CHECKBOX_FALSE
+    assert not CHECKBOX_TRUE & CHECKBOX_FALSE
+    assert all(word == word.strip().lower() for word in CHECKBOX_TRUE | CHECKBOX_FALSE)
+
+
+def test_push_reads_every_checkbox_word() -> None:
+    words = sorted(CHECKBOX_TRUE) + sorted(CHECKBOX_FALSE)
+    cells = pd.Series([w.upper() for w in words], dtype=object)
+    coerced = coerce_column(cells, Column(name="C", type="checkbox"))
+    assert coerced.errors == {}
+    assert coerced.values.tolist() == [True] * len(CHECKBOX_TRUE) + [False] * len(CHECKBOX_FALSE)

@@ -12,7 +12,13 @@ from click.testing import CliRunner
 
 from connector import Client, Workspace
 from connector.cli import main
-from connector.errors import ConfigError, PermissionDenied, SkippedTableWarning, TableNotFound
+from connector.errors import (
+    ColumnNotFound,
+    ConfigError,
+    PermissionDenied,
+    SkippedTableWarning,
+    TableNotFound,
+)
 from tests.fixtures.server import RunningServer
 
 ORDERS: dict[str, Any] = {
@@ -54,6 +60,15 @@ def test_read_gives_a_typed_frame_filtered_and_projected(ws: Workspace, orders: 
     assert list(frame.columns) == ["_id", "_created_at", "_updated_at", "Total"]
     assert frame["Total"].tolist() == [1.0, 3.0, 5.0, 7.0, 9.0]
     assert frame["Total"].dtype == pd.Float64Dtype()
+
+
+def test_one_column_may_be_named_alone(ws: Workspace, orders: str) -> None:
+    assert list(ws.read("Orders", columns="Total").columns) == ["_id", "_created_at", "_updated_at", "Total"]
+
+
+def test_an_unknown_column_suggests_the_close_one(ws: Workspace, orders: str) -> None:
+    with pytest.raises(ColumnNotFound, match=r"did you mean 'Total'\?"):
+        ws.read("Orders", columns=["Totl"])
 
 
 def test_an_unknown_table_names_the_tables_there_are(ws: Workspace, orders: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import zipfile
 from collections import Counter
 from dataclasses import dataclass
@@ -57,6 +58,11 @@ def read_source(source: str | Path | pd.DataFrame, *, sheet: str | None = None) 
     """Read a CSV, ``.xlsx`` or Parquet file (by extension), or take a DataFrame as it is."""
     if isinstance(source, pd.DataFrame):
         return Source.from_frame(source)
+    if not isinstance(source, str | os.PathLike):
+        raise SourceError(
+            f"a source is a DataFrame or the path of a CSV, .xlsx or Parquet file, "
+            f"not {type(source).__name__}"
+        )
     path = Path(source)
     if not path.is_file():
         raise SourceError(f"{path}: no such file")
@@ -73,7 +79,10 @@ def read_source(source: str | Path | pd.DataFrame, *, sheet: str | None = None) 
 
 
 def _read_csv(path: Path) -> Source:
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read the file ({exc.strerror})") from None
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -116,3 +116,10 @@ def test_parquet_and_dataframe_keep_their_types(tmp_path: Path) -> None:
     assert read_source(frame).rows.tolist() == [2]
     with pytest.raises(SourceError, match="not a readable Parquet"):
         read_source(write(tmp_path / "bad.parquet", "nope"))
+
+
+def test_a_source_that_is_neither_a_frame_nor_a_path_is_a_source_error(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match=r"a DataFrame or the path of a CSV, \.xlsx or Parquet file, not int"):
+        read_source(42)
+    with pytest.raises(SourceError, match="no such file"):
+        read_source(tmp_path / "missing.csv")
