@@ -9,7 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+import psycopg
 import pyarrow.parquet as pq
+import pytest
+import sqlalchemy as sa
 from click.testing import CliRunner
 
 from connector.cli import main
@@ -168,3 +171,58 @@ def test_sigterm_mid_sync_stops_cleanly(make_workspace: MakeWorkspace, tmp_path:
     assert list(scratch.iterdir()) == []  # the spool is gone
     assert not (tmp_path / "job.state.json").exists()
     assert not (tmp_path / "pq").exists() or list((tmp_path / "pq").iterdir()) == []
+
+
+@pytest.mark.parametrize("warehouse", ["sqlite", "postgresql"])
+def test_kill_9_while_a_sql_destination_is_written_keeps_the_previous_rows(
+    make_workspace: MakeWorkspace,
+    tmp_path: Path,
+    warehouse: str,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kill lands inside the write's transaction (SQLite: its rollback journal exists;
+    PostgreSQL: a COPY is running), and the table is then exactly what the last run left."""
+    from tests.jobs.test_sync_invariant import server_rows, sql_rows
+    from tests.load.samples import kill_when
+
+    ws = make_workspace(people=200)
+    if warehouse == "sqlite":
+        url = f"sqlite:///{tmp_path / 'wh.db'}"
+        journal = tmp_path / "wh.db-journal"
+
+        def writing() -> bool:
+            return journal.exists()
+    else:
+        url = str(request.getfixturevalue("postgres_db"))
+        dsn = sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+        def writing() -> bool:
+            with psycopg.connect(dsn) as conn:
+                found = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE query LIKE 'COPY%' AND pid <> pg_backend_pid()"
+                ).fetchone()
+            return bool(found and found[0])
+
+    job = tmp_path / "job.toml"
+    job.write_text(
+        '[source]\napi_key_env = "JOB_KEY"\npage_size = 1000\n[tables]\ninclude = ["People"]\n'
+        f'[sync]\nincremental = true\n[[destination]]\nurl = "{url}"\n'
+    )
+    assert ws.run(job).status == "ok"
+    before = sql_rows(url)
+    state_before = (tmp_path / "job.state.json").read_bytes()
+    ws.server.insert_rows(ws.people, [person(i) for i in range(200, 40_200)])
+    for name, value in ws.environ.items():
+        monkeypatch.setenv(name, value)
+
+    kill_when([sys.executable, "-m", "connector", "sync", str(job)], writing)
+
+    if warehouse == "sqlite":
+        assert journal.exists()  # a hot journal: the transaction was open when it died
+    assert sql_rows(url) == before
+    assert (tmp_path / "job.state.json").read_bytes() == state_before
+    summary = ws.run(job)
+    assert (summary.tables[0].read, summary.tables[0].rows_read) == ("incremental", 40_000)
+    assert sql_rows(url) == server_rows(ws)
