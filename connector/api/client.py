@@ -186,7 +186,7 @@ def _delete_row(table_id: str, row_id: str) -> _Call[None]:
 
 def _create_rows(table_id: str, rows: Sequence[Mapping[str, Any]]) -> _Call[list[Row]]:
     if not 1 <= len(rows) <= MAX_BULK_ROWS:
-        raise ValueError(f"create_rows sends 1 to {MAX_BULK_ROWS} rows per request, not {len(rows)}")
+        raise ConfigError(f"create_rows sends 1 to {MAX_BULK_ROWS} rows per request, not {len(rows)}")
 
     def read(response: httpx.Response) -> list[Row]:
         data = _body(response)
@@ -199,7 +199,7 @@ def _create_rows(table_id: str, rows: Sequence[Mapping[str, Any]]) -> _Call[list
 
 def _delete_rows(table_id: str, row_ids: Sequence[str]) -> _Call[None]:
     if not 1 <= len(row_ids) <= MAX_BULK_ROWS:
-        raise ValueError(f"delete_rows sends 1 to {MAX_BULK_ROWS} ids per request, not {len(row_ids)}")
+        raise ConfigError(f"delete_rows sends 1 to {MAX_BULK_ROWS} ids per request, not {len(row_ids)}")
     return _Call(
         "DELETE", f"/tables/{table_id}/rows/bulk", _nothing, body={"row_ids": list(row_ids)}
     )

@@ -185,3 +185,16 @@ def test_a_key_echoed_by_a_server_is_redacted() -> None:
             pytest.raises(AuthError) as caught:
         client.list_tables()
     assert "s3cret-key" not in str(caught.value)
+
+
+def test_bulk_calls_refuse_more_than_the_maximum_before_sending() -> None:
+    import httpx
+
+    sent: list[httpx.Request] = []
+    transport = httpx.MockTransport(lambda r: sent.append(r) or httpx.Response(500))
+    with Client("http://api.test/v1", "k", transport=transport) as client:
+        with pytest.raises(ConfigError, match=f"1 to {MAX_BULK_ROWS} rows"):
+            client.create_rows("tbl_1", [{"Name": "x"}] * (MAX_BULK_ROWS + 1))
+        with pytest.raises(ConfigError, match=f"1 to {MAX_BULK_ROWS} ids"):
+            client.delete_rows("tbl_1", [])
+    assert sent == []

@@ -12,6 +12,7 @@ import contextlib
 import http.server
 import threading
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,7 +23,7 @@ from connector.api import AsyncClient, Client
 from connector.api.engine import EngineError
 from connector.errors import ConfigError
 from connector.extract import Extraction, read_batches
-from connector.push import push
+from connector.push import apply, push
 from connector.workspace import Workspace
 from tests.fixtures.server import RunningServer
 
@@ -62,7 +63,9 @@ def people(server: RunningServer) -> str:
     return table_id
 
 
-def test_a_sync_transport_carries_every_read_and_write(server: RunningServer, people: str) -> None:
+def test_a_sync_transport_carries_every_read_and_write(
+    server: RunningServer, people: str, tmp_path: Path
+) -> None:
     transport = Recording()
     with Client(server.base_url, server.api_key, transport=transport) as client:
         assert len(client.list_rows(people, limit=5).rows) == 5
@@ -80,12 +83,17 @@ def test_a_sync_transport_carries_every_read_and_write(server: RunningServer, pe
                                "Age": ["100", *(str(i) for i in range(2, 30)), "1"]})
         result = push(client, source, table="People", key="Name", mode="mirror")
         assert (result.created, result.updated, result.deleted) == (1, 1, 1)
+
+        newer = pd.DataFrame({"Name": ["new"], "Age": ["2"]})
+        push(client, newer, table="People", key="Name", plan_out=tmp_path / "plan.json")
+        assert apply(client, tmp_path / "plan.json").updated == 1
     assert {("POST", "bulk"), ("PATCH", "other"), ("DELETE", "bulk")} <= set(transport.seen)
     assert transport.threads == {threading.get_ident()}  # no thread hop, reads or writes
     assert transport.closed
     with server.client() as http:
         rows = http.get(f"/tables/{people}/rows", params={"limit": 100}).json()["rows"]
     assert sorted(r["fields"]["Name"] for r in rows) == sorted([*(f"p{i}" for i in range(1, 30)), "new"])
+    assert [r["fields"]["Age"] for r in rows if r["fields"]["Name"] == "new"] == [2]
 
 
 def test_in_a_script_the_loop_runs_in_the_callers_thread(server: RunningServer, people: str) -> None:
