@@ -902,7 +902,8 @@ class _Spool:
         self, *, exclude: pa.Array | None = None, only: pa.Array | None = None
     ) -> Iterator[pa.RecordBatch]:
         """The spooled rows, without the ids in `exclude`, or just those in `only`."""
-        with pa.memory_map(str(self.path)) as source:
+        # Read, not memory-mapped: mapped pages of a large spool would count as resident.
+        with pa.OSFile(str(self.path)) as source:
             reader = pa.ipc.open_file(source)
             for i in range(reader.num_record_batches):
                 batch = reader.get_batch(i)
