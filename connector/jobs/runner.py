@@ -78,6 +78,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import httpx
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -94,7 +95,8 @@ from connector.errors import (
 )
 from connector.extract import Extraction, read_batches
 from connector.jobs.config import Job, PushSpec, key_path
-from connector.jobs.sinks import Sink, no_ids, open_sink, target_names, unique_ids
+from connector.jobs.ids import IdSet, hash_ids
+from connector.jobs.sinks import Sink, no_ids, open_sink, target_names
 from connector.jobs.state import JobState, RunRecord, TableState, load_state, save_state
 from connector.progress import Progress, progress
 from connector.schema import Table, arrow_schema
@@ -522,9 +524,9 @@ class _Table:
             concurrency=self.job.source.concurrency,
         )
 
-    def _ids(self, filter: Mapping[str, Any]) -> pa.Array:
+    def _ids(self, filter: Mapping[str, Any]) -> IdSet:
         """The id pass: ids only, through the one reader, from the largest pages the API gives."""
-        return unique_ids(b.column(0) for b in self._read(filter, columns=[], page_size=MAX_PAGE_SIZE))
+        return IdSet.of(b.column(0) for b in self._read(filter, columns=[], page_size=MAX_PAGE_SIZE))
 
     def _bar(self) -> Any:
         if self.run_.show_progress is False:
@@ -549,7 +551,7 @@ class _Table:
         except (BadRequest, ApiValidationError):
             return None
 
-    def _read_changes(self, cursor: str, spool: _Spool) -> tuple[str, str | None, pa.Array | None]:
+    def _read_changes(self, cursor: str, spool: _Spool) -> tuple[str, str | None, IdSet | None]:
         """Spool the rows changed since `cursor`.
 
         Returns the next cursor, the snapshot S the count check re-reads from (None: the
@@ -569,7 +571,7 @@ class _Table:
 
     def _read_everything_keep_newer(
         self, cursor: str, spool: _Spool
-    ) -> tuple[str, None, pa.Array]:
+    ) -> tuple[str, None, IdSet]:
         """The sorted fallback: every matching row through the reader; those newer than the
         cursor are spooled, and every id read is the id pass."""
         self.emit_note("updated_at filter refused: every row read, the changed ones kept")
@@ -580,17 +582,17 @@ class _Table:
                 "so a change made during this read may wait for a --verify"
             )
         after = pa.scalar(_parse(cursor), self.schema.field(self.system["updated_at"]).type)
-        ids: list[pa.Array] = []
+        ids: list[np.ndarray[Any, Any]] = []
 
         def newer(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
-                ids.append(batch.column(0))
+                ids.append(hash_ids(batch.column(0)))
                 updated = batch.column(self.system["updated_at"])
                 yield batch.filter(pc.fill_null(pc.greater(updated, after), False))
 
         with self._bar() as bar:
             spool.extend(newer(_counted(self._read(self.filter), bar)))
-        return newest or spool.cursor or cursor, None, unique_ids(ids)
+        return newest or spool.cursor or cursor, None, IdSet.of_hashes(ids)
 
     def emit_note(self, note: str) -> None:
         self.run_.emit("note", table=self.table.name, note=note)
@@ -603,44 +605,70 @@ class _Table:
         *,
         incremental: bool,
         since: str | None,
-        present: pa.Array | None,
+        present: IdSet | None,
     ) -> tuple[int | None, list[pa.Array]]:
         """Per destination, the ids to delete from it; and the rows the first merging
-        destination holds after the write (None when none merges).
+        destination holds after the write (None: not counted).
 
         Only a merging destination (every one, on an incremental read) has rows deleted; a
-        replace or an append beside it takes none.
+        replace or an append beside it takes none. Destinations' ids are streamed, chunk by
+        chunk, against sets of hashes (`connector.jobs.ids`): memory stays flat.
         """
         merges = self._merges(incremental)
         nothing = [no_ids() for _ in self.sinks]
-        if not any(merges):
+        if not any(merges) or self.job.deletes == "keep":
             return None, nothing
         read = spool.ids()
-        held = [
-            unique_ids([s.live_ids(self.table, self.name), read]) if merge else None
-            for s, merge in zip(self.sinks, merges, strict=True)
-        ]
-        merging = [h for h in held if h is not None]
-        if self.job.deletes == "keep":
-            return len(merging[0]), nothing
+        merging = [s for s, merge in zip(self.sinks, merges, strict=True) if merge]
         if present is None:
             assert since is not None
-            present = self._present(merging, since)
-        if present is None:
-            return len(merging[0]), nothing
-        gone = [_minus(h, present) if h is not None else no_ids() for h in held]
-        first = next(i for i, h in enumerate(held) if h is not None)
-        return len(merging[0]) - len(gone[first]), gone
+            held = self._unless_nothing_deleted(merging, read, since)
+            if held is not None:
+                return held, nothing
+            present = self._ids(self.filter)
+        gone: list[pa.Array] = []
+        rows: int | None = None
+        # Read here but not listed by the id pass after: deleted during this run.
+        vanished = _concat(
+            b.column(0).filter(pa.array(~present.contains(b.column(0))))
+            for b in spool.batches()
+        ) if len(read.minus(present)) else no_ids()
+        for sink, merge in zip(self.sinks, merges, strict=True):
+            if not merge:
+                gone.append(no_ids())
+                continue
+            count, chunks = 0, [vanished]
+            for ids in sink.live_ids(self.table, self.name):
+                hashes = hash_ids(ids)
+                count += len(ids) - int(read.contains_hashes(hashes).sum())
+                chunks.append(ids.filter(pa.array(~present.contains_hashes(hashes))))
+            gone.append(_concat(chunks))
+            if rows is None:
+                rows = count + len(read) - len(IdSet.of([gone[-1]]))
+        return rows, gone
 
-    def _present(self, held: list[pa.Array], since: str) -> pa.Array | None:
-        """The ids upstream (the id pass), or None when the count check shows that no id the
-        destinations will hold was deleted (see the module docstring)."""
+    def _unless_nothing_deleted(self, sinks: list[Sink], read: IdSet, since: str) -> int | None:
+        """The count check (see the module docstring): the rows each destination will hold,
+        when that equals the server's count for every one of them; else None (an id pass
+        is due)."""
         total = self.client.list_rows(self.table.id, limit=1, filter=self.filter or None).total
-        if total is not None:
-            newer = self._ids({**self.filter, "updated_at": {"gt": since}})
-            if all(len(unique_ids([h, newer])) == total for h in held):
+        if total is None:
+            return None
+        newer = self._ids({**self.filter, "updated_at": {"gt": since}})
+        extra = read | newer
+        first: int | None = None
+        for sink in sinks:
+            count = in_read = in_extra = 0
+            for ids in sink.live_ids(self.table, self.name):
+                hashes = hash_ids(ids)
+                count += len(ids)
+                in_read += int(read.contains_hashes(hashes).sum())
+                in_extra += int(extra.contains_hashes(hashes).sum())
+            if count + len(extra) - in_extra != total:
                 return None
-        return self._ids(self.filter)
+            if first is None:
+                first = count + len(read) - in_read
+        return first
 
     # --- writes -------------------------------------------------------------------------
 
@@ -661,6 +689,7 @@ class _Table:
                 table.name, table.id, "unchanged", "incremental", targets=self.targets
             )
         read = spool.ids()
+        changed = read.minus(IdSet.of(gone))
         for sink, g, merge in zip(self.sinks, gone, self._merges(incremental), strict=True):
             mode = "merge" if merge else sink.destination.mode
             sink.write(
@@ -670,10 +699,10 @@ class _Table:
                 mode,
                 name=self.name,
                 deleted=g,
-                changed=read,
+                changed=changed,
                 mark=job.deletes == "mark",
             )
-        all_gone = unique_ids(gone)
+        all_gone = IdSet.of(gone)
         self._save(cursor, spool.rows if rows is None else rows)
         return TableResult(
             table.name,
@@ -681,7 +710,7 @@ class _Table:
             "ok",
             "incremental" if incremental else "full",
             rows_read=spool.rows,
-            rows_written=spool.rows - _count_in(read, all_gone),
+            rows_written=spool.rows - int(all_gone.contains_hashes(read.hashes).sum()),
             rows_deleted=len(all_gone),
             targets=self.targets,
         )
@@ -713,7 +742,7 @@ class _Table:
 
     def _verify(self) -> TableResult:
         """Read every row, compare each merging destination row by row, write the difference."""
-        from connector.jobs.sinks import batch_digest, digest
+        from connector.jobs.sinks import batch_digest
 
         job, table = self.job, self.table
         newest = self._newest_or_none(self.filter)
@@ -722,8 +751,7 @@ class _Table:
             with self._bar() as bar:
                 spool.extend(_counted(self._read(self.filter), bar))
             spool.close()
-            digests = [batch_digest(b, self.schema.names) for b in spool.batches()]
-            upstream = pa.concat_tables(digests) if digests else digest([], [])
+            upstream = _Digest.of(batch_digest(b, self.schema.names) for b in spool.batches())
             found = Verified()
             written = deleted = 0
             read = spool.ids()
@@ -734,15 +762,17 @@ class _Table:
                         name=self.name,
                     ))
                     continue
-                held = sink.digest(table, self.name, self.schema)
-                missing, different, extra = _compare(upstream, held)
+                missing, different, extra = upstream.compare(
+                    sink.digest(table, self.name, self.schema), spool
+                )
                 if job.deletes == "keep":
                     extra = no_ids()
                 found += Verified(len(missing), len(different), len(extra))
-                rewrite = unique_ids([missing, different])
+                rewrite = IdSet.of([missing, different])
                 if len(rewrite) or len(extra):
+                    only = _concat([missing, different])
                     sink.write(
-                        spool.batches(only=rewrite),
+                        spool.batches(only=only),
                         table,
                         self.schema,
                         "merge",
@@ -804,24 +834,52 @@ class _Table:
         return TableResult(table.name, table.id, "planned", "full", rows_read=total or 0)
 
 
-def _compare(upstream: pa.Table, held: pa.Table) -> tuple[pa.Array, pa.Array, pa.Array]:
-    """Ids missing from `held`, held with other cells, and held but not upstream."""
-    up_ids, held_ids = upstream.column("id"), held.column("id")
-    missing = up_ids.filter(pc.invert(pc.is_in(up_ids, held_ids)))
-    extra = held_ids.filter(pc.invert(pc.is_in(held_ids, up_ids)))
-    both = upstream.join(held, "id", join_type="inner", right_suffix="_held")
-    different = both.column("id").filter(pc.not_equal(both["hash"], both["hash_held"]))
-    return unique_ids([missing]), unique_ids([different]), unique_ids([extra])
+class _Digest:
+    """Every upstream row's id hash and cell hash, sorted by id hash (16 bytes a row)."""
+
+    def __init__(self, ids: np.ndarray[Any, Any], cells: np.ndarray[Any, Any]) -> None:
+        order = np.argsort(ids, kind="stable")
+        self.ids, self.cells = ids[order], cells[order]
+
+    @classmethod
+    def of(cls, digests: Iterable[pa.Table]) -> _Digest:
+        ids: list[np.ndarray[Any, Any]] = [np.empty(0, np.int64)]
+        cells: list[np.ndarray[Any, Any]] = [np.empty(0, np.int64)]
+        for d in digests:
+            ids.append(hash_ids(d.column("id")))
+            cells.append(d.column("hash").to_numpy())
+        return cls(np.concatenate(ids), np.concatenate(cells))
+
+    def compare(
+        self, held: Iterable[pa.Table], spool: _Spool
+    ) -> tuple[pa.Array, pa.Array, pa.Array]:
+        """Ids missing from `held` (a destination's digest, streamed), held with other
+        cells, and held but not upstream."""
+        seen = np.zeros(len(self.ids), np.bool_)
+        different: list[pa.Array] = []
+        extra: list[pa.Array] = []
+        for chunk in held:
+            ids = chunk.column("id").combine_chunks()
+            hashes = hash_ids(ids)
+            at = np.searchsorted(self.ids, hashes)
+            at[at == len(self.ids)] = 0
+            found = self.ids[at] == hashes if len(self.ids) else np.zeros(len(ids), np.bool_)
+            seen[at[found]] = True
+            cells = chunk.column("hash").to_numpy()
+            changed = found.copy()
+            changed[found] = self.cells[at[found]] != cells[found]
+            extra.append(ids.filter(pa.array(~found)))
+            different.append(ids.filter(pa.array(changed)))
+        lost = IdSet(self.ids[~seen])
+        missing = _concat(
+            b.column(0).filter(pa.array(lost.contains(b.column(0)))) for b in spool.batches()
+        ) if len(lost) else no_ids()
+        return missing, _concat(different), _concat(extra)
 
 
-def _minus(ids: pa.Array, remove: pa.Array) -> pa.Array:
-    return ids.filter(pc.invert(pc.is_in(ids, remove)))
-
-
-def _count_in(ids: pa.Array, among: pa.Array) -> int:
-    if not len(ids) or not len(among):
-        return 0
-    return int(pc.sum(pc.is_in(ids, among)).as_py() or 0)
+def _concat(arrays: Iterable[pa.Array]) -> pa.Array:
+    chunks = [a for a in arrays if len(a)]
+    return pa.concat_arrays(chunks) if chunks else no_ids()
 
 
 def _counted(batches: Iterable[pa.RecordBatch], bar: Progress | None) -> Iterator[pa.RecordBatch]:
@@ -857,7 +915,7 @@ def _newer(cursor: str | None, stamps: pa.Array) -> str | None:
 class _Spool:
     """Rows read from the API, kept in a local Arrow file so every destination gets them.
 
-    Their ids are kept as Arrow arrays (a few bytes a row), never as Python strings.
+    Their ids are kept as 64-bit hashes (8 bytes a row, `connector.jobs.ids`).
     """
 
     def __init__(self, path: Path, schema: pa.Schema, system: Mapping[str, str]) -> None:
@@ -867,8 +925,8 @@ class _Spool:
         self.updated_name = system["updated_at"]
         self.rows = 0
         self.cursor: str | None = None
-        self._ids: list[pa.Array] = []
-        self._unique: pa.Array | None = None
+        self._hashes: list[np.ndarray[Any, Any]] = []
+        self._ids: IdSet | None = None
         self._writer: pa.ipc.RecordBatchFileWriter | None = pa.ipc.new_file(str(path), schema)
 
     def extend(self, batches: Iterable[pa.RecordBatch]) -> None:
@@ -878,16 +936,16 @@ class _Spool:
                 continue
             self._writer.write_batch(batch)
             self.rows += batch.num_rows
-            self._ids.append(batch.column(self.id_name))
-            self._unique = None
+            self._hashes.append(hash_ids(batch.column(self.id_name)))
+            self._ids = None
             self.cursor = _newer(self.cursor, batch.column(self.updated_name))
 
-    def ids(self) -> pa.Array:
-        """The distinct ids spooled."""
-        if self._unique is None:
-            self._unique = unique_ids(self._ids)
-            self._ids = [self._unique]
-        return self._unique
+    def ids(self) -> IdSet:
+        """The ids spooled."""
+        if self._ids is None:
+            self._ids = IdSet.of_hashes(self._hashes)
+            self._hashes = [self._ids.hashes]
+        return self._ids
 
     def close(self) -> None:
         if self._writer is not None:
@@ -910,7 +968,7 @@ class _Spool:
                 if exclude is not None and len(exclude):
                     batch = batch.filter(pc.invert(pc.is_in(batch.column(self.id_name), exclude)))
                 if only is not None:
-                    batch = batch.filter(pc.is_in(batch.column(self.id_name), only))
+                    batch = batch.filter(pc.is_in(batch.column(self.id_name), only))  # few
                 if batch.num_rows:
                     yield batch
 

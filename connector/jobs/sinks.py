@@ -30,8 +30,9 @@ import pyarrow.parquet as pq
 from connector.errors import DestinationError
 from connector.extract import string_array
 from connector.jobs.config import Destination, WriteMode
+from connector.jobs.ids import IdSet, hash_ids
 from connector.load.csv import write_csv
-from connector.load.parquet import merge_parquet, write_parquet
+from connector.load.parquet import ROW_GROUP_ROWS, conform, write_parquet
 from connector.schema import Table
 
 if TYPE_CHECKING:
@@ -70,11 +71,11 @@ class Sink(Protocol):
     def exists(self, table: Table, name: str) -> bool:
         """Whether a previous run left this table here."""
 
-    def live_ids(self, table: Table, name: str) -> pa.Array:
-        """Row ids held here (unique strings), not counting rows marked deleted."""
+    def live_ids(self, table: Table, name: str) -> Iterator[pa.Array]:
+        """Row ids held here, chunk by chunk, not counting rows marked deleted."""
 
-    def digest(self, table: Table, name: str, schema: pa.Schema) -> pa.Table:
-        """``id`` and ``hash`` (see `digest`) of every live row held here."""
+    def digest(self, table: Table, name: str, schema: pa.Schema) -> Iterator[pa.Table]:
+        """``id`` and ``hash`` (see `digest`) of every live row held here, chunk by chunk."""
 
     def write(
         self,
@@ -85,12 +86,12 @@ class Sink(Protocol):
         *,
         name: str,
         deleted: pa.Array | None = None,
-        changed: pa.Array | None = None,
+        changed: IdSet | None = None,
         mark: bool = False,
     ) -> int:
         """Write in `mode`; with merge also remove (or, with `mark`, stamp) `deleted`.
 
-        `changed` are the ids of `batches` when the caller knows them (a merge then streams).
+        `changed` holds the ids of `batches` (a merge streams them; marks are cleared there).
         Rows and removals commit together. A SQL destination stamps marks in a second
         transaction: a crash between the two leaves the job's state where it was, so the
         next run reads the changes again and stamps them then.
@@ -188,12 +189,6 @@ def batch_digest(batch: pa.RecordBatch, names: Sequence[str]) -> pa.Table:
     return digest(batch.column(names[0]).to_pylist(), columns)
 
 
-def _concat_tables(tables: list[pa.Table]) -> pa.Table:
-    if not tables:
-        return digest([], [])
-    return pa.concat_tables(tables)
-
-
 class ParquetSink:
     """A directory with one ``<table name>.parquet`` per table."""
 
@@ -218,30 +213,29 @@ class ParquetSink:
     def exists(self, table: Table, name: str) -> bool:
         return self.path(name).is_file()
 
-    def live_ids(self, table: Table, name: str) -> pa.Array:
+    def live_ids(self, table: Table, name: str) -> Iterator[pa.Array]:
         path = self.path(name)
         if not path.is_file():
-            return no_ids()
+            return
         id_name = table.system_names()["id"]
-        if not _has_marks(path):
-            return unique_ids([pq.read_table(path, columns=[id_name]).column(id_name)])
-        data = pq.read_table(path, columns=[id_name, DELETED_AT])
-        data = data.filter(pc.is_null(data.column(DELETED_AT)))
-        return unique_ids([data.column(id_name)])
-
-    def digest(self, table: Table, name: str, schema: pa.Schema) -> pa.Table:
-        path = self.path(name)
-        if not path.is_file():
-            return digest([], [])
         marks = _has_marks(path)
-        out = []
-        with pq.ParquetFile(path) as file:
-            wanted = [n for n in schema.names if n in file.schema_arrow.names]
-            for batch in file.iter_batches(columns=wanted + ([DELETED_AT] if marks else [])):
+        with pq.ParquetFile(path) as file:  # not pq.read_table: pyarrow.dataset loads pandas
+            for batch in file.iter_batches(ROW_GROUP_ROWS, columns=[id_name] + [DELETED_AT] * marks):
                 if marks:
                     batch = batch.filter(pc.is_null(batch.column(DELETED_AT)))
-                out.append(batch_digest(batch, schema.names))
-        return _concat_tables(out)
+                yield batch.column(0)
+
+    def digest(self, table: Table, name: str, schema: pa.Schema) -> Iterator[pa.Table]:
+        path = self.path(name)
+        if not path.is_file():
+            return
+        marks = _has_marks(path)
+        with pq.ParquetFile(path) as file:
+            wanted = [n for n in schema.names if n in file.schema_arrow.names]
+            for batch in file.iter_batches(columns=wanted + [DELETED_AT] * marks):
+                if marks:
+                    batch = batch.filter(pc.is_null(batch.column(DELETED_AT)))
+                yield batch_digest(batch, schema.names)
 
     def write(
         self,
@@ -252,29 +246,51 @@ class ParquetSink:
         *,
         name: str,
         deleted: pa.Array | None = None,
-        changed: pa.Array | None = None,
+        changed: IdSet | None = None,
         mark: bool = False,
     ) -> int:
         path = self.path(name)
-        gone = deleted if deleted is not None else no_ids()
         try:
             if mode == "replace":
                 return write_parquet(batches, schema, path)
-            if _has_marks(path):  # keep the marks of earlier runs
-                schema = _with_deleted_at(schema)
+            if _has_marks(path) or (mark and deleted is not None and len(deleted)):
+                schema = _with_deleted_at(schema)  # keep the marks of earlier runs, or add some
             if mode == "append":
                 new = self._not_held(batches, path, table)
                 return write_parquet(itertools.chain(self._old(path), new), schema, path)
-            if mark and len(gone):
-                schema = _with_deleted_at(schema)
-                marked = list(self._marked(path, table, schema, gone))
-                batches = itertools.chain(batches, marked)
-                if changed is not None:
-                    changed = unique_ids([changed, *(b.column(0) for b in marked)])
-                gone = no_ids()
-            return merge_parquet(batches, schema, path, deleted_ids=gone, changed_ids=changed)
+            gone = IdSet.of([deleted]) if deleted is not None and len(deleted) else IdSet()
+            old = self._kept(path, table, schema, changed or IdSet(), gone, mark=mark)
+            new = (conform(b, schema) for b in batches)
+            return write_parquet(itertools.chain(old, new), schema, path)
         except (OSError, pa.ArrowException) as exc:
             raise DestinationError(f"writing {path} failed: {exc}") from exc
+
+    @staticmethod
+    def _kept(
+        path: Path, table: Table, schema: pa.Schema, changed: IdSet, gone: IdSet, *, mark: bool
+    ) -> Iterator[pa.RecordBatch]:
+        """The file's rows a merge keeps: not `changed` (they come anew), not `gone` (or,
+        with `mark`, those stamped deleted now; a stamp already set stays)."""
+        if not path.is_file():
+            return
+        id_name = table.system_names()["id"]
+        now = datetime.now(UTC)
+        with pq.ParquetFile(path) as old:
+            for batch in old.iter_batches(batch_size=ROW_GROUP_ROWS):
+                hashes = hash_ids(batch.column(id_name))
+                is_gone = gone.contains_hashes(hashes)
+                keep = ~changed.contains_hashes(hashes)
+                if not mark:
+                    keep &= ~is_gone
+                batch = conform(batch.filter(pa.array(keep)), schema)
+                if mark and is_gone.any():
+                    stamps = batch.column(DELETED_AT)
+                    fresh = pa.array(is_gone[keep])
+                    now_ = pa.scalar(now, _DELETED_FIELD.type)
+                    stamped = pc.if_else(pc.and_(fresh, pc.is_null(stamps)), now_, stamps)
+                    index = batch.schema.get_field_index(DELETED_AT)
+                    batch = batch.set_column(index, _DELETED_FIELD, stamped)
+                yield batch
 
     @staticmethod
     def _old(path: Path) -> Iterator[pa.RecordBatch]:
@@ -292,32 +308,12 @@ class ParquetSink:
         must not repeat every row.
         """
         id_name = table.system_names()["id"]
-        held = no_ids()
+        held = IdSet()
         if path.is_file():
-            held = pq.read_table(path, columns=[id_name]).column(id_name).combine_chunks()
+            with pq.ParquetFile(path) as file:
+                held = IdSet.of(b.column(0) for b in file.iter_batches(columns=[id_name]))
         for batch in batches:
-            yield batch.filter(pc.invert(pc.is_in(batch.column(id_name), held)))
-
-    @staticmethod
-    def _marked(
-        path: Path, table: Table, schema: pa.Schema, ids: pa.Array
-    ) -> Iterator[pa.RecordBatch]:
-        """The file's rows with these ids, stamped deleted now (a stamp already set stays)."""
-        if not path.is_file():
-            return
-        id_name = table.system_names()["id"]
-        now = pa.scalar(datetime.now(UTC), _DELETED_FIELD.type)
-        with pq.ParquetFile(path) as old:
-            for batch in old.iter_batches():
-                hit = batch.filter(pc.is_in(batch.column(id_name), ids))
-                if not hit.num_rows:
-                    continue
-                stamps = pa.array([now.as_py()] * hit.num_rows, now.type)
-                if DELETED_AT in hit.schema.names:
-                    stamps = pc.coalesce(hit.column(DELETED_AT), stamps)
-                    hit = hit.drop_columns([DELETED_AT])
-                hit = hit.append_column(_DELETED_FIELD, stamps)
-                yield pa.Table.from_batches([hit]).select(schema.names).cast(schema).to_batches()[0]
+            yield batch.filter(pa.array(~held.contains(batch.column(id_name))))
 
 
 class CsvSink(ParquetSink):
@@ -325,8 +321,8 @@ class CsvSink(ParquetSink):
 
     suffix = "csv"
 
-    def live_ids(self, table: Table, name: str) -> pa.Array:
-        return no_ids()
+    def live_ids(self, table: Table, name: str) -> Iterator[pa.Array]:
+        return iter(())
 
     def write(
         self,
@@ -337,7 +333,7 @@ class CsvSink(ParquetSink):
         *,
         name: str,
         deleted: pa.Array | None = None,
-        changed: pa.Array | None = None,
+        changed: IdSet | None = None,
         mark: bool = False,
     ) -> int:
         return write_csv(batches, schema, self.path(name))
@@ -379,27 +375,27 @@ class SqlSink:
         with self._failures(name):
             return sa.inspect(self.engine).has_table(name)
 
-    def live_ids(self, table: Table, name: str) -> pa.Array:
+    def live_ids(self, table: Table, name: str) -> Iterator[pa.Array]:
         import sqlalchemy as sa
 
         id_name = table.system_names()["id"]
         with self._failures(name), self.engine.connect() as conn:
             if not sa.inspect(conn).has_table(name):
-                return no_ids()
+                return
             target = self._reflect(conn, name)
             query = sa.select(target.c[id_name])
             if DELETED_AT in target.c:
                 query = query.where(target.c[DELETED_AT].is_(None))
             result = conn.execution_options(yield_per=_FETCH_ROWS).execute(query)
-            chunks = [string_array([r[0] for r in part]) for part in result.partitions()]
-            return unique_ids(chunks)
+            for part in result.partitions():
+                yield string_array([r[0] for r in part])
 
-    def digest(self, table: Table, name: str, schema: pa.Schema) -> pa.Table:
+    def digest(self, table: Table, name: str, schema: pa.Schema) -> Iterator[pa.Table]:
         import sqlalchemy as sa
 
         with self._failures(name), self.engine.connect() as conn:
             if not sa.inspect(conn).has_table(name):
-                return digest([], [])
+                return
             target = self._reflect(conn, name)
             columns = [
                 target.c[n] if n in target.c else sa.null().label(n) for n in schema.names
@@ -408,11 +404,9 @@ class SqlSink:
             if DELETED_AT in target.c:
                 query = query.where(target.c[DELETED_AT].is_(None))
             result = conn.execution_options(yield_per=_FETCH_ROWS).execute(query)
-            out = []
             for part in result.partitions():
                 cells = list(zip(*part, strict=True))
-                out.append(digest(list(cells[0]), cells[1:]))
-            return _concat_tables(out)
+                yield digest(list(cells[0]), cells[1:])
 
     def write(
         self,
@@ -423,7 +417,7 @@ class SqlSink:
         *,
         name: str,
         deleted: pa.Array | None = None,
-        changed: pa.Array | None = None,
+        changed: IdSet | None = None,
         mark: bool = False,
     ) -> int:
         from connector.load.sql import load_table
@@ -431,19 +425,11 @@ class SqlSink:
         gone = deleted if deleted is not None else no_ids()
         if not mark:
             return load_table(batches, table, self.engine, mode=mode, name=name, deleted_ids=gone)
-        id_name = table.system_names()["id"]
-        seen: list[pa.Array] = []
-
-        def tapped() -> Iterator[pa.RecordBatch]:  # note the ids while the load streams
-            for batch in batches:
-                seen.append(batch.column(id_name))
-                yield batch
-
-        rows = load_table(tapped(), table, self.engine, mode=mode, name=name)
-        self._mark(table, name, gone, unique_ids(seen))
+        rows = load_table(batches, table, self.engine, mode=mode, name=name)
+        self._mark(table, name, gone, changed or IdSet())
         return rows
 
-    def _mark(self, table: Table, name: str, deleted: pa.Array, changed: pa.Array) -> None:
+    def _mark(self, table: Table, name: str, deleted: pa.Array, changed: IdSet) -> None:
         """Stamp `deleted` rows, and clear the stamp of rows that came back (`changed`)."""
         import sqlalchemy as sa
 
@@ -462,16 +448,14 @@ class SqlSink:
                 )
                 target = self._reflect(conn, name)
             key, stamp = target.c[id_name], target.c[DELETED_AT]
+            marked = string_array(conn.execute(sa.select(key).where(stamp.is_not(None))).scalars().all())
+            back = marked.filter(pa.array(changed.contains(marked))) if len(marked) else marked
+            for chunk in id_chunks(back):
+                conn.execute(target.update().where(key.in_(chunk)).values({DELETED_AT: None}))
             now = datetime.now(UTC)
             for chunk in id_chunks(deleted):
                 conn.execute(
                     target.update().where(key.in_(chunk), stamp.is_(None)).values({DELETED_AT: now})
-                )
-            for chunk in id_chunks(changed):
-                conn.execute(
-                    target.update()
-                    .where(key.in_(chunk), stamp.is_not(None))
-                    .values({DELETED_AT: None})
                 )
 
     @staticmethod
