@@ -88,7 +88,7 @@ def _change(db: Path, table_id: str, rows: int) -> tuple[int, int]:
     with contextlib.closing(Storage(str(db))) as storage:
         table = storage.table(table_id)
         assert table is not None
-        with storage._read() as conn:  # noqa: SLF001 - a bench's shortcut to every id
+        with storage._read() as conn:  # a bench's shortcut to every id
             ids = [r[0] for r in conn.execute(
                 "SELECT id FROM rows WHERE table_id = ? ORDER BY created_at", (table_id,))]
         changed = ids[:: int(1 / CHANGED)]

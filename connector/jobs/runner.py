@@ -73,7 +73,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, nullcontext
 from dataclasses import asdict, dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -905,11 +905,16 @@ class _Tap:
 
 
 def _newer(cursor: str | None, stamps: pa.Array) -> str | None:
-    newest = pc.max(stamps).as_py() if len(stamps) else None
-    if newest is None:
+    """The later of `cursor` and the newest of `stamps` (UTC microseconds). Read as integers:
+    a time-zone-aware timestamp scalar's `as_py` would make pyarrow import pandas."""
+    micros = pc.max(stamps.cast(pa.int64())).as_py() if len(stamps) else None
+    if micros is None:
         return cursor
-    stamp = _iso(newest)
+    stamp = _iso(_EPOCH + timedelta(microseconds=micros))
     return max(cursor or stamp, stamp)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class _Spool:
