@@ -1,4 +1,10 @@
-"""The HTTP client of the Table Data REST API: `Client`, `AsyncClient`, their retry policy."""
+"""The HTTP client of the Table Data REST API.
+
+`AsyncClient` is the engine (one request path, retries, the shared rate limiter); `Client`
+is its blocking facade, running each call on its own event loop (`connector.api.engine`).
+Library code drives the core through `Client.run`, `Client.stream` and `Client.aio`;
+every read of rows goes through the one page reader, `connector.api.paging.PageReader`.
+"""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 `AsyncClient` is the engine: an endpoint method describes its request as a `_Call` (what to
 send, which answers are fine, how to read the body, whether a replay is safe); `_send` is
 the only place that talks to httpx, paces the request through the key's `RateLimiter`,
-retries per the `RetryPolicy`, and turns every failure into one of `connector.errors`.
+retries per the `RetryPolicy` (tenacity), and turns every failure into one of `connector.errors`.
 httpx's exceptions never escape.
 
 `Client` is the blocking facade for scripts and notebooks: it holds ONE `AsyncClient` (so

@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
-    Retrying,
     retry_if_exception,
     stop_after_attempt,
     stop_before_delay,
@@ -81,10 +80,7 @@ class RetryPolicy:
             "reraise": True,
         }
 
-    def retrying(self, replayable: Replayable) -> Retrying:
-        """A tenacity loop for one request; `replayable` says which failures to retry."""
-        return Retrying(**self._kwargs(replayable))  # type: ignore[arg-type]
-
     def async_retrying(self, replayable: Replayable) -> AsyncRetrying:
-        """The same loop for the async client."""
+        """A tenacity loop for one request of the async core (every request is one);
+        `replayable` says which failures to retry."""
         return AsyncRetrying(**self._kwargs(replayable))  # type: ignore[arg-type]

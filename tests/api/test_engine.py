@@ -129,6 +129,21 @@ def test_inside_a_running_loop_one_helper_thread_runs_the_clients_loop(
     assert _engine_threads() == []  # closing the client stopped it
 
 
+def test_stopping_a_read_early_leaves_nothing_reading_behind(
+    server: RunningServer, people: str
+) -> None:
+    transport = Recording()
+    with Client(server.base_url, server.api_key, transport=transport) as client:
+        table = client.get_table(people)
+        for batch in read_batches(client, table, page_size=2, concurrency=4):
+            assert batch.num_rows > 0
+            break
+        assert client.run(_other_tasks()) == 0  # the page reader and its fetches are gone
+        sent = len(transport.seen)
+        client.run(asyncio.sleep(0.05))  # the loop runs again: nothing more is fetched
+        assert len(transport.seen) == sent
+
+
 def test_a_blocking_call_inside_the_clients_own_loop_is_refused_not_hung(
     server: RunningServer,
 ) -> None:
@@ -236,6 +251,10 @@ def test_a_proxy_named_by_the_environment_is_used(
 
 async def _running_loop() -> asyncio.AbstractEventLoop:
     return asyncio.get_running_loop()
+
+
+async def _other_tasks() -> int:
+    return len(asyncio.all_tasks() - {asyncio.current_task()})
 
 
 def _engine_threads() -> list[str]:
