@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import http.server
+import json
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -229,6 +231,21 @@ def test_an_async_transport_is_used_as_is(server: RunningServer, people: str) ->
     with Client(server.base_url, server.api_key, transport=Spy()) as client:
         assert len(read_batches(client, client.get_table(people)).to_pandas()) == 30
     assert seen and set(seen) == {"GET"}
+
+
+def test_a_wsgi_transport_answer_is_decoded_once() -> None:
+    """A gzip-encoded answer (our server never sends one) through a sync-only transport."""
+    body = gzip.compress(json.dumps({"tables": [{"id": "tbl_1", "name": "T"}]}).encode())
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        start_response("200 OK", [("Content-Type", "application/json"),
+                                  ("Content-Encoding", "gzip")])
+        return [body]
+
+    transport = httpx.WSGITransport(app=app)
+    assert not isinstance(transport, httpx.AsyncBaseTransport)
+    with Client("http://api.test/v1", "k", transport=transport) as client:
+        assert [t.name for t in client.list_tables()] == ["T"]
 
 
 def test_something_that_is_not_a_transport_is_a_configuration_error() -> None:
