@@ -11,6 +11,7 @@ also fine), and these tests want the shifts to happen.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 from collections import Counter
@@ -22,6 +23,7 @@ import pytest
 
 from connector.api import Client, RateLimiter
 from connector.extract import read_batches
+from connector.server.storage import Storage
 from tests.fixtures.server import RunningServer, ServerFactory
 
 ROWS = 3000
@@ -231,3 +233,68 @@ def test_a_server_that_ignores_the_sort_is_read_without_duplicates() -> None:
                 for i in b.column("_id").to_pylist()]
     assert len(read) == len(set(read))
     assert set(order) - set(read) == set()
+
+
+# -- the server's own read faults: rows deleted before the offset and rows added per page read --
+
+
+def stored_ids(server: RunningServer, table_id: str) -> set[str]:
+    """The table's ids now, read from the server's database, not through the API."""
+    with contextlib.closing(Storage(str(server.db_path))) as storage:
+        return {r[0] for r in storage._db.execute("SELECT id FROM rows WHERE table_id = ?", (table_id,))}
+
+
+def busy_read(server: RunningServer, rows: int, **options: Any) -> tuple[list[str], set[str], set[str], int]:
+    """Reads a table of `rows` rows through `read_batches` while the server's faults change it:
+    the ids read, the ids before and after the read, and the reader's repairs.
+
+    The server must run with `fault_control`: requests the reader sent and no longer waits
+    for still land after the read, so the faults are switched off before counting "after"
+    (a request handled before that has made its change; one handled after makes none)."""
+    table_id = server.create_table({"name": "Busy", "columns": [
+        {"name": "Name", "type": "text", "required": True},
+        {"name": "Status", "type": "choice", "options": ["Active", "Inactive"]}]})
+    server.insert_rows(table_id, [{"Name": str(i), "Status": ("Active", "Inactive")[i % 2]} for i in range(rows)])
+    before = stored_ids(server, table_id)
+    with Client(server.base_url, server.api_key) as client:
+        extraction = read_batches(client, client.get_table(table_id), **options)
+        read = [i for batch in extraction for i in batch.column("_id").to_pylist()]
+    server.set_faults(delete_on_read=0, insert_on_read=0)
+    return read, before, stored_ids(server, table_id), extraction.resumes
+
+
+@pytest.mark.parametrize("refuse", [False, True], ids=["key-filters", "no-key-filters"])
+@pytest.mark.parametrize(
+    ("server_page", "page_size"), [(50, 50), (50, 1000), (100, 100), (1000, 1000)],
+    ids=["50", "50-of-1000-asked", "100", "1000"],
+)
+def test_concurrent_deletes_and_inserts_lose_and_repeat_nothing(
+    server_factory: ServerFactory, server_page: int, page_size: int, refuse: bool
+) -> None:
+    """Before each page the server deletes two rows the reader has passed and adds one: every
+    row that existed throughout is read once, none twice; then a quiet read reads the table."""
+    server = server_factory(max_page_size=server_page, refuse_system_filters=refuse,
+                            delete_on_read=2, insert_on_read=1, seed=server_page, fault_control=True)
+    rows = 3000
+    read, before, after, resumes = busy_read(server, rows, page_size=page_size, concurrency=4)
+    assert before - after and after - before, "the faults deleted and inserted rows during the read"
+    assert [i for i, n in Counter(read).items() if n > 1] == []
+    assert (before & after) - set(read) == set()
+    assert resumes > 0, "the deletes shifted page edges"
+
+    with Client(server.base_url, server.api_key) as client:
+        table = client.get_table(next(t.id for t in client.list_tables()))
+        quiet = read_batches(client, table, page_size=page_size)
+        assert sorted(i for b in quiet for i in b.column("_id").to_pylist()) == sorted(after)
+    assert quiet.resumes == 0
+
+
+def test_an_export_finishes_on_a_busy_table_where_key_filters_are_refused(server_factory: ServerFactory) -> None:
+    """The issue's case: a server refusing filters on system fields, one row deleted per page
+    read. It used to end in 'changed faster than it could be read'; each shift is now repaired
+    where it happened, so the repairs stay few."""
+    server = server_factory(refuse_system_filters=True, delete_on_read=1, seed=8, fault_control=True)
+    read, before, after, resumes = busy_read(server, 4000, page_size=100, concurrency=4)
+    assert len(before) - len(after) >= 40, "a row was deleted for each page read"
+    assert len(read) == len(set(read)) and after <= set(read)
+    assert 0 < resumes < 4000 // 100

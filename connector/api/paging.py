@@ -21,8 +21,9 @@ until the waiting page joins on; after a repair the overlap grows (up to half a 
 table under steady change needs few repairs. Only if every row emitted lately has vanished
 does the read resume by key, where the server accepts filters on the order key (checked
 once): by ``created_at``, first ``created_at == t and id > last id`` (the rest of its
-timestamp), then ``created_at > t``; by ``id``, ``id > last id``. `MAX_RESUMES` repairs in a
-row that read no new row end the read; repairs that move it on are not counted.
+timestamp), then ``created_at > t``; by ``id``, ``id > last id``; on other servers it reads
+again from the start and drops every id already emitted. `MAX_RESUMES` repairs in a row
+that read no new row end the read; repairs that move it on are not counted.
 
 No id is emitted twice: rows found after an anchor are dropped when emitted lately (the last
 two pages' worth, at least `MIN_RECENT`); every row emitted before those sorts before them.
@@ -227,12 +228,13 @@ class PageReader:
         edge = await self._pass(self._filter)
         while edge is not None:
             self._count_repair()
-            if not await self._keys_work(edge):
-                raise ExtractionError(
-                    f"table {self._table.name!r}: every row read last was deleted while reading "
-                    "and the read cannot resume safely on this server; try again"
-                )
-            edge = await self._resume_by_key(edge)
+            if await self._keys_work(edge):
+                edge = await self._resume_by_key(edge)
+            else:
+                # Nowhere to resume from: read again from the start, dropping every id emitted.
+                self._seen = (self._seen or set()).union(self._emitted)
+                del self._emitted[:]
+                edge = await self._pass(self._filter)
 
     def _count_repair(self) -> None:
         self.resumes += 1
