@@ -12,7 +12,7 @@ import click
 
 from connector.errors import ConnectorError
 from connector.jobs.config import load_job
-from connector.jobs.runner import RunSummary, run_job
+from connector.jobs.runner import RunSummary, run_job, use_system_allocator
 
 __all__ = ["describe_event", "sync"]
 
@@ -80,6 +80,7 @@ def sync(
     report = _json_event if as_json else _text_event
     # A scheduler's stop (SIGTERM) unwinds like an error: temp files go, open loads roll back.
     previous = signal.signal(signal.SIGTERM, _stop)
+    use_system_allocator()
     try:
         job = load_job(job_file)
         if state_dir is not None:

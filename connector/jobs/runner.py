@@ -95,7 +95,7 @@ from connector.errors import (
 )
 from connector.extract import Extraction, read_batches
 from connector.jobs.config import Job, PushSpec, key_path
-from connector.jobs.ids import IdSet, hash_ids
+from connector.jobs.ids import IdSet, arrow_mask, hash_ids
 from connector.jobs.sinks import Sink, no_ids, open_sink, target_names
 from connector.jobs.state import JobState, RunRecord, TableState, load_state, save_state
 from connector.progress import Progress, progress
@@ -109,6 +109,7 @@ __all__ = [
     "TableResult",
     "Verified",
     "run_job",
+    "use_system_allocator",
 ]
 
 #: The cursor of a table that was empty when synced: every row is newer.
@@ -210,6 +211,16 @@ class RunSummary:
         return out
 
 
+def use_system_allocator() -> None:
+    """Make Arrow allocate with the C library's malloc in this process (the CLI commands do).
+
+    Arrow's default pool (mimalloc) keeps per-thread heaps and freed memory for reuse: reading
+    a Parquet file back (a merge) or a read's worker threads then show tens of MB more peak
+    RSS than they use. A library call leaves the process's choice alone.
+    """
+    pa.set_memory_pool(pa.system_memory_pool())
+
+
 def run_job(
     job: Job,
     *,
@@ -232,7 +243,12 @@ def run_job(
     try:
         base_url, key = job.source.resolve(environ)
     except ConfigError as exc:
-        raise (exc if job.one_shot else ConfigError(f"{job.path}: {exc}")) from None
+        if job.one_shot:  # a command's flags and environment, not a job file's keys
+            raise ConfigError(
+                "set the API key in CONNECTOR_API_KEY and the base URL in CONNECTOR_BASE_URL "
+                f"(or --base-url): {str(exc).split(': ', 1)[-1]}"
+            ) from None
+        raise ConfigError(f"{job.path}: {exc}") from None
     started, began = _now(), time.monotonic()
     stateful = not job.one_shot and not dry_run
     if stateful:
@@ -630,7 +646,7 @@ class _Table:
         rows: int | None = None
         # Read here but not listed by the id pass after: deleted during this run.
         vanished = _concat(
-            b.column(0).filter(pa.array(~present.contains(b.column(0))))
+            b.column(0).filter(arrow_mask(~present.contains(b.column(0))))
             for b in spool.batches()
         ) if len(read.minus(present)) else no_ids()
         for sink, merge in zip(self.sinks, merges, strict=True):
@@ -641,7 +657,7 @@ class _Table:
             for ids in sink.live_ids(self.table, self.name):
                 hashes = hash_ids(ids)
                 count += len(ids) - int(read.contains_hashes(hashes).sum())
-                chunks.append(ids.filter(pa.array(~present.contains_hashes(hashes))))
+                chunks.append(ids.filter(arrow_mask(~present.contains_hashes(hashes))))
             gone.append(_concat(chunks))
             if rows is None:
                 rows = count + len(read) - len(IdSet.of([gone[-1]]))
@@ -868,11 +884,11 @@ class _Digest:
             cells = chunk.column("hash").to_numpy()
             changed = found.copy()
             changed[found] = self.cells[at[found]] != cells[found]
-            extra.append(ids.filter(pa.array(~found)))
-            different.append(ids.filter(pa.array(changed)))
+            extra.append(ids.filter(arrow_mask(~found)))
+            different.append(ids.filter(arrow_mask(changed)))
         lost = IdSet(self.ids[~seen])
         missing = _concat(
-            b.column(0).filter(pa.array(lost.contains(b.column(0)))) for b in spool.batches()
+            b.column(0).filter(arrow_mask(lost.contains(b.column(0)))) for b in spool.batches()
         ) if len(lost) else no_ids()
         return missing, _concat(different), _concat(extra)
 

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from connector.errors import DestinationError
 from connector.extract import string_array
 from connector.jobs.config import Destination, WriteMode
-from connector.jobs.ids import IdSet, hash_ids
+from connector.jobs.ids import IdSet, arrow_ints, arrow_mask, hash_ids
 from connector.load.csv import write_csv
 from connector.load.parquet import ROW_GROUP_ROWS, conform, write_parquet
 from connector.schema import Table
@@ -176,7 +176,7 @@ def digest(ids: Sequence[str], columns: Sequence[Sequence[Any]]) -> pa.Table:
     """
     rows = zip(*columns, strict=True) if columns else ((),) * len(ids)
     hashes = np.fromiter((hash(tuple(map(_norm, row))) for row in rows), np.int64, len(ids))
-    return pa.table({"id": string_array(list(ids)), "hash": pa.array(hashes)})
+    return pa.table({"id": string_array(list(ids)), "hash": arrow_ints(hashes)})
 
 
 def batch_digest(batch: pa.RecordBatch, names: Sequence[str]) -> pa.Table:
@@ -220,7 +220,7 @@ class ParquetSink:
         id_name = table.system_names()["id"]
         marks = _has_marks(path)
         with pq.ParquetFile(path) as file:  # not pq.read_table: pyarrow.dataset loads pandas
-            for batch in file.iter_batches(ROW_GROUP_ROWS, columns=[id_name] + [DELETED_AT] * marks):
+            for batch in file.iter_batches(ROW_GROUP_ROWS, columns=[id_name] + [DELETED_AT] * marks, use_threads=False):
                 if marks:
                     batch = batch.filter(pc.is_null(batch.column(DELETED_AT)))
                 yield batch.column(0)
@@ -232,7 +232,7 @@ class ParquetSink:
         marks = _has_marks(path)
         with pq.ParquetFile(path) as file:
             wanted = [n for n in schema.names if n in file.schema_arrow.names]
-            for batch in file.iter_batches(columns=wanted + [DELETED_AT] * marks):
+            for batch in file.iter_batches(columns=wanted + [DELETED_AT] * marks, use_threads=False):
                 if marks:
                     batch = batch.filter(pc.is_null(batch.column(DELETED_AT)))
                 yield batch_digest(batch, schema.names)
@@ -276,16 +276,16 @@ class ParquetSink:
         id_name = table.system_names()["id"]
         now = datetime.now(UTC)
         with pq.ParquetFile(path) as old:
-            for batch in old.iter_batches(batch_size=ROW_GROUP_ROWS):
+            for batch in old.iter_batches(batch_size=ROW_GROUP_ROWS, use_threads=False):
                 hashes = hash_ids(batch.column(id_name))
                 is_gone = gone.contains_hashes(hashes)
                 keep = ~changed.contains_hashes(hashes)
                 if not mark:
                     keep &= ~is_gone
-                batch = conform(batch.filter(pa.array(keep)), schema)
+                batch = conform(batch.filter(arrow_mask(keep)), schema)
                 if mark and is_gone.any():
                     stamps = batch.column(DELETED_AT)
-                    fresh = pa.array(is_gone[keep])
+                    fresh = arrow_mask(is_gone[keep])
                     now_ = pa.scalar(now, _DELETED_FIELD.type)
                     stamped = pc.if_else(pc.and_(fresh, pc.is_null(stamps)), now_, stamps)
                     index = batch.schema.get_field_index(DELETED_AT)
@@ -296,7 +296,7 @@ class ParquetSink:
     def _old(path: Path) -> Iterator[pa.RecordBatch]:
         if path.is_file():
             with pq.ParquetFile(path) as old:
-                yield from old.iter_batches()
+                yield from old.iter_batches(use_threads=False)
 
     @staticmethod
     def _not_held(
@@ -311,9 +311,9 @@ class ParquetSink:
         held = IdSet()
         if path.is_file():
             with pq.ParquetFile(path) as file:
-                held = IdSet.of(b.column(0) for b in file.iter_batches(columns=[id_name]))
+                held = IdSet.of(b.column(0) for b in file.iter_batches(columns=[id_name], use_threads=False))
         for batch in batches:
-            yield batch.filter(pa.array(~held.contains(batch.column(id_name))))
+            yield batch.filter(arrow_mask(~held.contains(batch.column(id_name))))
 
 
 class CsvSink(ParquetSink):
@@ -449,7 +449,7 @@ class SqlSink:
                 target = self._reflect(conn, name)
             key, stamp = target.c[id_name], target.c[DELETED_AT]
             marked = string_array(conn.execute(sa.select(key).where(stamp.is_not(None))).scalars().all())
-            back = marked.filter(pa.array(changed.contains(marked))) if len(marked) else marked
+            back = marked.filter(arrow_mask(changed.contains(marked))) if len(marked) else marked
             for chunk in id_chunks(back):
                 conn.execute(target.update().where(key.in_(chunk)).values({DELETED_AT: None}))
             now = datetime.now(UTC)

@@ -95,8 +95,9 @@ load.help = (load.help or "") + _EXIT_CODES
 def _run(ctx: click.Context, command: str, destination: Any, tables: tuple[str, ...],
          page_size: int, base_url: str | None, as_json: bool) -> None:
     from connector.jobs.config import one_shot_job
-    from connector.jobs.runner import run_job
+    from connector.jobs.runner import run_job, use_system_allocator
 
+    use_system_allocator()
     job = one_shot_job(command, destination, tables=tables, base_url=base_url,
                        page_size=page_size)
     summary = run_job(job, show_progress=None)

@@ -324,3 +324,4 @@ def test_killed_load_keeps_the_previous_table_and_a_rerun_works(
         assert tables == ["orders"]
     finally:
         engine.dispose()
+
