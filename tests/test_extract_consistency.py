@@ -2,11 +2,15 @@
 
 A writer deletes, creates and updates rows over HTTP for as long as the read runs. Offset
 paging alone would skip rows here (a delete before the read position shifts later rows into
-pages already read); the extraction must notice at a page edge and resume.
+pages already read); the extraction must notice at a page edge and repair the shift.
 
 The reads carry a filter that matches every row: our server keeps its offsets exact across
 writes for unfiltered reads in creation order (so those may never shift at all, which is
 also fine), and these tests want the shifts to happen.
+
+Further down the server changes the table itself before every page it serves (the read
+faults `delete_on_read`, `insert_on_read`), at server page sizes 50, 100 and 1000, with and
+without filters on system fields: every page edge is then disturbed, however fast the read.
 """
 
 from __future__ import annotations
@@ -298,3 +302,20 @@ def test_an_export_finishes_on_a_busy_table_where_key_filters_are_refused(server
     assert len(before) - len(after) >= 40, "a row was deleted for each page read"
     assert len(read) == len(set(read)) and after <= set(read)
     assert 0 < resumes < 4000 // 100
+
+
+@pytest.mark.parametrize("refuse", [False, True], ids=["key-filters", "no-key-filters"])
+def test_a_filtered_read_under_concurrent_deletes_and_inserts(server_factory: ServerFactory, refuse: bool) -> None:
+    """The faults delete rows the filtered read has passed (in its filter) and add copies of
+    any row: every matching row that existed throughout is read once, and nothing else."""
+    server = server_factory(max_page_size=50, refuse_system_filters=refuse, delete_on_read=2,
+                            insert_on_read=2, seed=5, fault_control=True)
+    read, before, after, resumes = busy_read(server, 2000, page_size=50, filter={"Status": {"eq": "Active"}})
+    with contextlib.closing(Storage(str(server.db_path))) as storage:
+        active = {r[0] for r in storage._db.execute(
+            "SELECT id FROM rows WHERE json_extract(fields, '$.Status') = 'Active'")}
+    assert before - after and after - before, "the faults deleted and inserted rows during the read"
+    assert resumes > 0
+    assert len(read) == len(set(read))
+    assert (before & after & active) - set(read) == set()
+    assert set(read) & after <= active, "only matching rows are read"
