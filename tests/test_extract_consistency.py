@@ -319,3 +319,22 @@ def test_a_filtered_read_under_concurrent_deletes_and_inserts(server_factory: Se
     assert len(read) == len(set(read))
     assert (before & after & active) - set(read) == set()
     assert set(read) & after <= active, "only matching rows are read"
+
+
+@pytest.mark.parametrize("spec", [SHADOWING, ALL_SHADOWED], ids=["created_at+id", "all three"])
+def test_shadowed_system_names_under_read_faults(server_factory: ServerFactory, spec: dict[str, Any]) -> None:
+    """Read by `updated_at`, or in the server's default order (here by the user's `created_at`,
+    where the copies the server inserts land in the middle): once each, none missing."""
+    server = server_factory(max_page_size=50, refuse_system_filters=True, delete_on_read=2,
+                            insert_on_read=1, seed=3, fault_control=True)
+    table_id = server.create_table(spec)
+    server.insert_rows(table_id, [shadowing_row(i) for i in range(2000)])
+    before = stored_ids(server, table_id)
+    with Client(server.base_url, server.api_key) as client:
+        extraction = read_batches(client, client.get_table(table_id), page_size=50)
+        read = [i for b in extraction for i in b.column("_id").to_pylist()]
+    server.set_faults(delete_on_read=0, insert_on_read=0)
+    after = stored_ids(server, table_id)
+    assert before - after and after - before and extraction.resumes > 0
+    assert len(read) == len(set(read))
+    assert (before & after) - set(read) == set()
