@@ -116,7 +116,12 @@ def people_table(running: RunningServer, rows: int) -> tuple[str, list[str]]:
     table = running.create_table(PEOPLE)
     statuses = ["Active", "Inactive"]
     made = running.insert_rows(
-        table, [{"Name": f"p{i:03}", "Status": statuses[i % 2], "Age": i} for i in range(rows)]
+        table,
+        [
+            {"Name": f"p{i:03}", "Status": statuses[i % 2], "Age": i, "Member": i % 3 == 0,
+             "Joined": f"2024-01-{i % 28 + 1:02}"}
+            for i in range(rows)
+        ],
     )
     return table, [r["id"] for r in made]
 
