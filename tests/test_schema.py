@@ -119,3 +119,37 @@ def test_push_reads_every_checkbox_word() -> None:
     coerced = coerce_column(cells, Column(name="C", type="checkbox"))
     assert coerced.errors == {}
     assert coerced.values.tolist() == [True] * len(CHECKBOX_TRUE) + [False] * len(CHECKBOX_FALSE)
+
+
+@pytest.mark.xfail(
+    reason="connector/extract.py keeps its own _TRUE/_FALSE (without 't'/'f') until it imports "
+    "CHECKBOX_TRUE/CHECKBOX_FALSE from connector.schema",
+    strict=False,
+)
+def test_extraction_reads_every_checkbox_word_that_push_reads() -> None:
+    """A server that sends checkboxes as text: extraction and push take the same words."""
+    import httpx
+
+    from connector import Client, Workspace
+
+    words = sorted(CHECKBOX_TRUE) + sorted(CHECKBOX_FALSE)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/tables"):
+            summary = {"id": "tbl_1", "name": "T", "columns": 1, "rows": len(words), "created_at": ""}
+            return httpx.Response(200, json={"tables": [summary]})
+        if not request.url.path.endswith("/rows"):
+            return httpx.Response(200, json={"id": "tbl_1", "name": "T",
+                                             "columns": [{"name": "C", "type": "checkbox"}]})
+        offset = int(request.url.params["offset"])
+        stamp = "2024-01-01T00:00:00Z"
+        page = [{"id": f"row_{i:03}", "fields": {"C": w.upper()}, "created_at": stamp,
+                 "updated_at": stamp} for i, w in enumerate(words)][offset:]
+        return httpx.Response(200, json={"rows": page, "total": len(words), "limit": 1000,
+                                         "offset": offset})
+
+    with Client("http://api.test/v1", "k", transport=httpx.MockTransport(handler)) as client, \
+            warnings.catch_warnings():
+        warnings.simplefilter("error")
+        frame = Workspace(client=client).read("T")
+    assert frame["C"].tolist() == [True] * len(CHECKBOX_TRUE) + [False] * len(CHECKBOX_FALSE)
