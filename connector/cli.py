@@ -51,6 +51,15 @@ def main(ctx: click.Context, debug: bool) -> None:
 
     The API key is read from CONNECTOR_API_KEY and the base URL from CONNECTOR_BASE_URL
     (or --base-url). The key is never printed or logged.
+
+    \b
+    Exit codes, the same from every command:
+      0    done
+      1    failed (a table, push or destination; an invalid file; server unreachable)
+      2    bad usage or configuration (an unknown table: "did you mean ...?")
+      3    partial (tables skipped or failed, or rows rejected by the server)
+      75   another run of the same job holds its lock
+      130  interrupted (143: terminated)
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug

@@ -98,3 +98,9 @@ def test_an_unreachable_server_is_a_failure_from_every_command(sheet: Path, tmp_
         assert process.returncode == ExitCode.FAILED == 1, (name, out, err)
         assert f"could not connect to {base_url}" in err, name
         assert "Traceback" not in err and "key_unused" not in out + err, name
+
+
+def test_the_help_documents_every_exit_code() -> None:
+    text = CliRunner().invoke(main, ["--help"]).output
+    for code in ExitCode:
+        assert f" {int(code)} " in text, code
