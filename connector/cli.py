@@ -59,7 +59,8 @@ def main(ctx: click.Context, debug: bool) -> None:
       2    bad usage or configuration (an unknown table: "did you mean ...?")
       3    partial (tables skipped or failed, or rows rejected by the server)
       75   another run of the same job holds its lock
-      130  interrupted (143: terminated)
+      130  interrupted by Ctrl-C
+      143  terminated (SIGTERM)
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
