@@ -117,7 +117,6 @@ class _Page:
     cells: Cells
     limit: int
     total: int | None
-    last_created_at: str | None
 
 
 @dataclass(frozen=True)
@@ -265,7 +264,6 @@ class PageReader:
             cells=cells,
             limit=page.limit,
             total=page.total,
-            last_created_at=rows[-1].get("created_at") if rows else None,
         )
 
     async def _pass(self, filter: Mapping[str, Mapping[str, Any]]) -> _Edge | None:
