@@ -42,7 +42,8 @@ _rate = click.FloatRange(0.0, 1.0)
               help="Fault: before serving each page of rows, delete up to N rows that sort before "
               "its offset (rows the reader has passed).")
 @click.option("--insert-on-read", type=click.IntRange(min=0), default=0, metavar="N",
-              help="Fault: before serving each page of rows, insert N copies of random rows.")
+              help="Fault: before serving each page of rows, insert N copies of random rows "
+              "of the table.")
 @click.option("--max-page-size", type=click.IntRange(min=1), default=None, metavar="N",
               help="Fault: clamp `limit` to N instead of 1000 (the applied limit is reported).")
 @click.option("--refuse-system-filters", is_flag=True,

@@ -6,19 +6,23 @@
     fail_after_write_rate  a write commits, then the answer is a 500 (ambiguous failure)
     drop_rate              the connection is cut mid-response (after committing, for writes)
 
-Faults that change a table while it is being read (`disturb_read` runs before a page of
-``GET /tables/:id/rows`` is served, through the normal write path, so the offset marks of
-`paging.OffsetIndex` are carried exactly as for any client's write):
+Faults of the rows list: the first two change the table while it is being read
+(`disturb_read` runs before a page of ``GET /tables/:id/rows`` is served, through the normal
+write path, so the offset marks of `paging.OffsetIndex` are carried as for any client's
+write); the last two make a server that pages or filters less than ours:
 
     delete_on_read         delete up to N rows the read has passed (before its offset, in
                            its order and filter), picked by the seeded dice; none at offset 0
     insert_on_read         insert N rows, each a copy of the fields of a random existing row
+                           (none into an empty table)
     max_page_size          clamp `limit` to N instead of 1000 (the applied limit is reported)
     refuse_system_filters  a filter on id, created_at or updated_at is a 400 VALIDATION_ERROR
                            with field "filter" (sorting by them still works)
 
-With ``--fault-control``, ``PUT /v1/_faults`` replaces any of these settings at run time
-(`Faults.replace`), so a test can disturb one run and leave the next one quiet.
+With ``--fault-control``, ``PUT /v1/_faults`` with a JSON object of settings (these names)
+replaces them at once (`Faults.replace`; 400 naming an unknown or bad one), so a test can
+disturb one run and leave the next one quiet; ``GET /v1/_faults`` shows them all. Both take
+any valid key and bypass the faults themselves; without the flag they are 404.
 """
 
 from __future__ import annotations
