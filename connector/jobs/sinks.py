@@ -220,7 +220,7 @@ class ParquetSink:
         id_name = table.system_names()["id"]
         marks = _has_marks(path)
         with pq.ParquetFile(path) as file:  # not pq.read_table: pyarrow.dataset loads pandas
-            for batch in file.iter_batches(ROW_GROUP_ROWS, columns=[id_name] + [DELETED_AT] * marks, use_threads=False):
+            for batch in _batches(file, [id_name] + [DELETED_AT] * marks):
                 if marks:
                     batch = batch.filter(pc.is_null(batch.column(DELETED_AT)))
                 yield batch.column(0)
@@ -232,7 +232,7 @@ class ParquetSink:
         marks = _has_marks(path)
         with pq.ParquetFile(path) as file:
             wanted = [n for n in schema.names if n in file.schema_arrow.names]
-            for batch in file.iter_batches(columns=wanted + [DELETED_AT] * marks, use_threads=False):
+            for batch in _batches(file, wanted + [DELETED_AT] * marks):
                 if marks:
                     batch = batch.filter(pc.is_null(batch.column(DELETED_AT)))
                 yield batch_digest(batch, schema.names)
@@ -276,7 +276,7 @@ class ParquetSink:
         id_name = table.system_names()["id"]
         now = datetime.now(UTC)
         with pq.ParquetFile(path) as old:
-            for batch in old.iter_batches(batch_size=ROW_GROUP_ROWS, use_threads=False):
+            for batch in _batches(old):
                 hashes = hash_ids(batch.column(id_name))
                 is_gone = gone.contains_hashes(hashes)
                 keep = ~changed.contains_hashes(hashes)
@@ -296,7 +296,7 @@ class ParquetSink:
     def _old(path: Path) -> Iterator[pa.RecordBatch]:
         if path.is_file():
             with pq.ParquetFile(path) as old:
-                yield from old.iter_batches(use_threads=False)
+                yield from _batches(old)
 
     @staticmethod
     def _not_held(
@@ -311,7 +311,7 @@ class ParquetSink:
         held = IdSet()
         if path.is_file():
             with pq.ParquetFile(path) as file:
-                held = IdSet.of(b.column(0) for b in file.iter_batches(columns=[id_name], use_threads=False))
+                held = IdSet.of(b.column(0) for b in _batches(file, [id_name]))
         for batch in batches:
             yield batch.filter(arrow_mask(~held.contains(batch.column(id_name))))
 
@@ -475,6 +475,18 @@ class SqlSink:
             reason = getattr(exc, "orig", None) or exc
             where = f"{name!r} in {self.destination.describe()}"
             raise DestinationError(f"reading {where} failed: {reason}") from exc
+
+
+def _batches(file: pq.ParquetFile, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """A Parquet file's rows, one row group at a time, without reader threads.
+
+    One `iter_batches` over the whole file holds on to buffers across row groups (~60 MB
+    more peak RSS reading a million rows back); a reader per row group does not.
+    """
+    for group in range(file.metadata.num_row_groups):
+        yield from file.iter_batches(
+            ROW_GROUP_ROWS, row_groups=[group], columns=columns, use_threads=False
+        )
 
 
 def _with_deleted_at(schema: pa.Schema) -> pa.Schema:
