@@ -719,7 +719,10 @@ class _Table:
                 mark=job.deletes == "mark",
             )
         all_gone = IdSet.of(gone)
-        self._save(cursor, spool.rows if rows is None else rows)
+        if rows is None:  # not counted on the way (deletes = "keep"): count what is held now
+            merging = [s for s, m in zip(self.sinks, self._merges(incremental), strict=True) if m]
+            rows = sum(map(len, merging[0].live_ids(table, self.name))) if merging else spool.rows
+        self._save(cursor, rows)
         return TableResult(
             table.name,
             table.id,

@@ -514,3 +514,46 @@ def test_two_tables_whose_names_differ_only_in_case_get_distinct_files_and_sql_t
     engine = sa.create_engine(f"sqlite:///{tmp_path / 'wh.db'}")
     assert sorted(sa.inspect(engine).get_table_names()) == sorted(["People", "Notes", f"notes-{twin}"])
     engine.dispose()
+
+
+def _refused_on_updated_at_sort_too(request: httpx.Request) -> httpx.Response | None:
+    """A server that neither filters nor sorts on updated_at."""
+    if request.url.params.get("sort") == "updated_at":
+        body = {"error": {"code": "VALIDATION_ERROR", "message": "no", "field": "sort"}}
+        return httpx.Response(400, json=body)
+    return _refused_on_updated_at(request)
+
+
+def test_where_sorting_by_updated_at_is_refused_too_the_fallback_still_converges(
+    workspace: Workspace, proxy: Proxy, tmp_path: Path
+) -> None:
+    transport = proxy(_refused_on_updated_at_sort_too)
+    job = workspace.job(INCREMENTAL + '[tables]\ninclude = ["People"]\n' + BOTH)
+    workspace.run(job, transport=transport)
+    change_people(workspace)
+    notes: list[str] = []
+
+    def report(event: str, **fields: Any) -> None:
+        if event == "note":
+            notes.append(fields["note"])
+
+    summary = workspace.run(job, transport=transport, report=report)
+
+    people = result(summary, "People")
+    assert (people.read, people.rows_read, people.rows_deleted) == ("incremental", 2, 1)
+    assert any("sorting by updated_at refused too" in n for n in notes)
+    assert list(parquet_people(tmp_path / "pq").index) == EXPECTED_AFTER_CHANGES
+    assert sorted(sql_people(f"sqlite:///{tmp_path / 'wh.db'}")) == EXPECTED_AFTER_CHANGES
+    assert {t.status for t in workspace.run(job, transport=transport).tables} == {"unchanged"}
+
+
+def test_the_state_counts_the_rows_held_when_deleted_rows_are_kept(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    job = workspace.job("[sync]\nincremental = true\ndeletes = 'keep'\n" + BOTH)
+    workspace.run(job)
+    change_people(workspace)
+
+    workspace.run(job)
+
+    assert load_state(tmp_path / "job.state.json").tables[workspace.people].rows == 11
