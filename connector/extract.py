@@ -25,8 +25,16 @@ from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, AsyncClient, Client
 from connector.api.client import Filter
 from connector.api.models import Row
 from connector.api.paging import Cells, ExtractionError, PageReader, split_rows
-from connector.errors import ConfigError
-from connector.schema import SYSTEM_FIELDS, Column, Table, arrow_schema, frame_from_arrow
+from connector.errors import CellWarning, ConfigError
+from connector.schema import (
+    CHECKBOX_FALSE,
+    CHECKBOX_TRUE,
+    SYSTEM_FIELDS,
+    Column,
+    Table,
+    arrow_schema,
+    frame_from_arrow,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,10 +52,6 @@ __all__ = [
 DEFAULT_CONCURRENCY = 4
 #: Pages are gathered into record batches of about this many rows.
 BATCH_ROWS = 1000  # large enough that Arrow's per-call costs vanish
-
-
-class CellWarning(UserWarning):
-    """A cell could not be read as its column's type; it was loaded as null."""
 
 
 class Extraction:
@@ -359,16 +363,13 @@ def _number(value: Any) -> float:
     return float(value)
 
 
-_TRUE = {"true", "yes", "y", "1", "on", "x"}
-_FALSE = {"false", "no", "n", "0", "off"}
-
-
 def _checkbox(value: Any) -> bool:
+    """A checkbox cell sent as text, read with the words push accepts (`connector.schema`)."""
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
-    if text in _TRUE or text in _FALSE:
-        return text in _TRUE
+    if text in CHECKBOX_TRUE or text in CHECKBOX_FALSE:
+        return text in CHECKBOX_TRUE
     raise ValueError(value)
 
 

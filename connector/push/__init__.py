@@ -22,7 +22,7 @@ from typing import cast
 import pandas as pd
 
 from connector.api import AsyncClient, Client
-from connector.errors import ConfigError
+from connector.errors import ConfigError, NotFound
 from connector.load.atomic import atomic_path
 from connector.progress import progress as progress_bar
 from connector.push.apply import (
@@ -47,6 +47,7 @@ from connector.push.plan import (
 from connector.push.source import Source, SourceError, read_source
 from connector.push.validate import Key, Problem, ValidationReport, validate
 from connector.schema import Table
+from connector.tables import resolve_table, table_not_found
 
 __all__ = [
     "MODES",
@@ -177,20 +178,14 @@ async def _apply(
 
 
 async def _resolve(client: AsyncClient, name_or_id: str) -> Table:
-    """A table by id, exact name, or unique case-insensitive name (as `Workspace` finds it)."""
+    """A table by the one resolver's rules (`connector.tables`, as everywhere else); an
+    unlisted id the server does not know is a `TableNotFound` too."""
     tables = await client.list_tables()
-    for match in (
-        [s for s in tables if s.id == name_or_id],
-        [s for s in tables if s.name == name_or_id],
-        [s for s in tables if s.name.casefold() == name_or_id.casefold()],
-    ):
-        if len(match) == 1:
-            return await client.get_table(match[0].id)
-        if len(match) > 1:
-            ids = ", ".join(s.id for s in match)
-            raise ConfigError(f"--table: several tables are named {name_or_id!r} ({ids}); use an id")
-    names = ", ".join(repr(t.name) for t in tables) or "none"
-    raise ConfigError(f"--table {name_or_id!r}: no such table (tables this key can read: {names})")
+    table_id = resolve_table(tables, name_or_id)
+    try:
+        return await client.get_table(table_id)
+    except NotFound:
+        raise table_not_found(tables, name_or_id) from None
 
 
 def _check_concurrency(concurrency: int) -> None:
