@@ -121,11 +121,6 @@ def test_push_reads_every_checkbox_word() -> None:
     assert coerced.values.tolist() == [True] * len(CHECKBOX_TRUE) + [False] * len(CHECKBOX_FALSE)
 
 
-@pytest.mark.xfail(
-    reason="connector/extract.py keeps its own _TRUE/_FALSE (without 't'/'f') until it imports "
-    "CHECKBOX_TRUE/CHECKBOX_FALSE from connector.schema",
-    strict=False,
-)
 def test_extraction_reads_every_checkbox_word_that_push_reads() -> None:
     """A server that sends checkboxes as text: extraction and push take the same words."""
     import httpx
