@@ -6,7 +6,9 @@ SQLite database and a Parquet directory), each a fresh `connector sync` process:
 1. full: the first run reads every row;
 2. incremental: after 1% of the rows were changed and 0.1% deleted upstream (so the run
    reads the changes, finds the counts differ and makes the id pass);
-3. quiet: nothing changed.
+3. quiet: nothing changed;
+4. verify: ``--verify`` (every row read and compared with both destinations; nothing to
+   repair).
 
 and, for comparison, `connector export` of the same table to Parquet. Peak RSS is the
 process's own high-water mark (VmHWM, read by a launcher at exit; ru_maxrss of an exec'd
@@ -123,6 +125,7 @@ def main() -> None:
                 changed, deleted = _change(db, tables[rows], rows)
                 figures["incremental"] = _connector(server, "sync", str(job))
                 figures["quiet"] = _connector(server, "sync", str(job))
+                figures["verify"] = _connector(server, "sync", str(job), "--verify")
                 for kind, (seconds, mb) in figures.items():
                     print(f"{rows:>9,} rows  {kind:<12} {seconds:7.1f} s  {mb:6.0f} MB peak RSS"
                           + (f"  ({changed:,} changed, {deleted:,} deleted)"

@@ -770,7 +770,9 @@ class _Table:
             with self._bar() as bar:
                 spool.extend(_counted(self._read(self.filter), bar))
             spool.close()
-            upstream = _Digest.of(batch_digest(b, self.schema.names) for b in spool.batches())
+            upstream = _Digest.of(
+                (batch_digest(b, self.schema.names) for b in spool.batches()), spool.rows
+            )
             found = Verified()
             written = deleted = 0
             read = spool.ids()
@@ -856,18 +858,22 @@ class _Table:
 class _Digest:
     """Every upstream row's id hash and cell hash, sorted by id hash (16 bytes a row)."""
 
-    def __init__(self, ids: np.ndarray[Any, Any], cells: np.ndarray[Any, Any]) -> None:
-        order = np.argsort(ids, kind="stable")
-        self.ids, self.cells = ids[order], cells[order]
+    def __init__(self, pairs: np.ndarray[Any, Any]) -> None:
+        pairs.sort(order="id")  # in place
+        self.ids: np.ndarray[Any, Any] = np.ascontiguousarray(pairs["id"])
+        self.cells: np.ndarray[Any, Any] = np.ascontiguousarray(pairs["cells"])
 
     @classmethod
-    def of(cls, digests: Iterable[pa.Table]) -> _Digest:
-        ids: list[np.ndarray[Any, Any]] = [np.empty(0, np.int64)]
-        cells: list[np.ndarray[Any, Any]] = [np.empty(0, np.int64)]
+    def of(cls, digests: Iterable[pa.Table], rows: int) -> _Digest:
+        """From the digests of `rows` rows, filled into one array as they come."""
+        pairs = np.empty(rows, dtype=[("id", np.int64), ("cells", np.int64)])
+        at = 0
         for d in digests:
-            ids.append(hash_ids(d.column("id")))
-            cells.append(d.column("hash").to_numpy())
-        return cls(np.concatenate(ids), np.concatenate(cells))
+            n = d.num_rows
+            pairs["id"][at : at + n] = hash_ids(d.column("id"))
+            pairs["cells"][at : at + n] = d.column("hash").to_numpy()
+            at += n
+        return cls(pairs[:at])
 
     def compare(
         self, held: Iterable[pa.Table], spool: _Spool
@@ -983,18 +989,40 @@ class _Spool:
     def batches(
         self, *, exclude: pa.Array | None = None, only: pa.Array | None = None
     ) -> Iterator[pa.RecordBatch]:
-        """The spooled rows, without the ids in `exclude`, or just those in `only`."""
+        """The spooled rows, without the ids in `exclude`, or just those in `only`.
+
+        Filtered batches are gathered and compacted every `_COMPACT` batches: a few rows
+        filtered out of a batch read from the spool still share its dictionaries, which keep
+        the whole batch's memory alive while a writer waits to fill a row group.
+        """
+        filtered: list[pa.RecordBatch] = []
         # Read, not memory-mapped: mapped pages of a large spool would count as resident.
         with pa.OSFile(str(self.path)) as source:
             reader = pa.ipc.open_file(source)
             for i in range(reader.num_record_batches):
                 batch = reader.get_batch(i)
+                rows = batch.num_rows
                 if exclude is not None and len(exclude):
                     batch = batch.filter(pc.invert(pc.is_in(batch.column(self.id_name), exclude)))
                 if only is not None:
                     batch = batch.filter(pc.is_in(batch.column(self.id_name), only))  # few
-                if batch.num_rows:
+                if batch.num_rows == rows:
                     yield batch
+                elif batch.num_rows:
+                    filtered.append(batch)
+                    if len(filtered) >= _COMPACT:
+                        yield from _compacted(filtered)
+                        filtered = []
+        yield from _compacted(filtered)
+
+
+#: Filtered spool batches compacted together (see `_Spool.batches`).
+_COMPACT = 64
+
+
+def _compacted(batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    if batches:
+        yield from pa.Table.from_batches(batches).combine_chunks().to_batches()
 
 
 def _summary(table: Table) -> Any:

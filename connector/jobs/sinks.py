@@ -183,10 +183,21 @@ def batch_digest(batch: pa.RecordBatch, names: Sequence[str]) -> pa.Table:
     """`digest` of a record batch's rows over the fields `names` (the first: the id)."""
     present = set(batch.schema.names)
     columns = [
-        batch.column(n).to_pylist() if n in present else [None] * batch.num_rows
+        _plain(batch.column(n)).to_pylist() if n in present else [None] * batch.num_rows
         for n in names[1:]
     ]
     return digest(batch.column(names[0]).to_pylist(), columns)
+
+
+def _plain(column: pa.Array) -> pa.Array:
+    """A column whose Python values `_norm` turns into what it makes of a database's: UTC
+    timestamps as microseconds (converting zone-aware ones to Python would import pandas),
+    dates as ISO text, choices as their text."""
+    if pa.types.is_timestamp(column.type):
+        return column.cast(pa.timestamp("us")).cast(pa.int64())
+    if pa.types.is_date(column.type) or pa.types.is_dictionary(column.type):
+        return column.cast(pa.string())
+    return column
 
 
 class ParquetSink:
