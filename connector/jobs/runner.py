@@ -337,10 +337,9 @@ def _outcome(
 
 @dataclass
 class _Chosen:
-    """What a run will copy: tables with their filters (and names in the destinations)."""
+    """What a run will copy: tables with their filters."""
 
     tables: list[tuple[Table, dict[str, dict[str, Any]]]] = field(default_factory=list)
-    names: dict[str, str] = field(default_factory=dict)
 
 
 class _Run:
@@ -427,7 +426,6 @@ class _Run:
             if table.id not in self.names:  # unlisted: an id asked for by a scoped key
                 self.names.update(target_names([_summary(table), *summaries]))
             chosen.tables.append((table, self._filter(table, filters.get(table.id, ()))))
-        chosen.names = self.names
         return chosen
 
     def _record(self, result: TableResult) -> TableResult:

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DELETED_AT",
     "Sink",
+    "batch_digest",
     "digest",
     "file_name",
     "no_ids",
@@ -131,16 +132,6 @@ def file_name(table_name: str) -> str:
 def no_ids() -> pa.Array:
     """An empty id array (built without `pa.array`, which would import pandas)."""
     return string_array([])
-
-
-def unique_ids(arrays: Iterable[pa.Array | pa.ChunkedArray]) -> pa.Array:
-    """The distinct ids of `arrays`, as one string array."""
-    chunks: list[pa.Array] = []
-    for a in arrays:
-        chunks.extend(a.chunks if isinstance(a, pa.ChunkedArray) else [a])
-    if not chunks:
-        return no_ids()
-    return pc.unique(pa.concat_arrays(chunks))
 
 
 # --- digests: one hash per row, equal when the cells are equal wherever they are stored ------
