@@ -38,11 +38,14 @@ at the count and nothing was deleted. Otherwise the id pass decides: a destinati
 only ids the server did not list in a read during which every row present throughout was
 listed — never a row that exists upstream.
 
-The residual window of the count check: a row created or changed after S and deleted (or
-filtered out) between the count and the end of the re-read, in the very run where the
-destination holds a row deleted before the run began (the two balance). That row is then
-kept one run too long: the next run's counts differ and its id pass removes it. Runs with
-``--verify`` (or ``[sync] verify_every``) skip the count and compare every row.
+The residual window of the count check: |H ∪ R| = N can only be wrong when some row newer
+than S is deleted (or stops matching the job's filter) between the count and the end of the
+re-read — R then lacks it — while H ∪ R holds as many rows that did not exist at the count:
+rows deleted before the run (held in H) or rows created after the count (read by R, only
+counted, never written). Only the first kind matters to the invariant; such a row is then kept
+one run too long: the next run's counts differ and its id pass removes it. (Timestamps are
+assumed never to repeat on the server: a row created after S has ``updated_at`` > S.)
+``--verify`` (or ``[sync] verify_every``) skips the count and compares every row.
 
 Requests of a quiet incremental run (nothing changed upstream), ``deletes`` delete or mark
 (tests/jobs/test_sync.py counts them):
