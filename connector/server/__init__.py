@@ -8,6 +8,7 @@ Shares no code with the connector's client side, so each checks the other.
     paging.py     remembered sort keys, so a deep page costs what the first one does
     storage.py    SQLite: tables, rows, hashed keys; durable, serialised writes
     problems.py   ApiProblem, the one refusal, rendered as the API's error body
+    limits.py     per-request bounds: body, text cell, page size in bytes
     faults.py     fault injection;  ratelimit.py  per-key token buckets
     openapi.py    /v1/openapi.json;  demo.py  the demo workspace;  cli.py  the commands
 """

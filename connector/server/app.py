@@ -3,7 +3,20 @@
 Each request passes the same gate (`_Gate.endpoint`): injected faults, the API key, the
 rate limit; then its handler runs; then the after-write faults. Every refusal is an
 `ApiProblem` rendered as the API's error body — unknown routes and methods included — and
-an unexpected exception is a 500 with that body, never a traceback.
+an unexpected exception is a 500 with that body, never a traceback; the connection then
+serves the next request (`_Contain`).
+
+Limits per request, so one request cannot take the server's memory: a body of at most
+`max_body_bytes` (413), a text cell of at most `max_cell_bytes` (400 VALIDATION_ERROR
+naming the column), and a page of rows of about `max_response_bytes`: when the rows asked
+for would make it larger, the page holds fewer (at least two, one if `limit` is 1) and
+its `limit` reports how many, so a client stepping by the applied limit misses nothing.
+
+Keys: a key limited to some tables gets the same 403 for a table outside its scope and for
+a table that does not exist, so it cannot learn which tables exist. Failed
+authentications are rate limited per client address like requests are per key: once an
+address has spent its budget, its requests are 429 until the bucket refills, whatever key
+they carry (checking it would tell a guess that is right from one that is wrong).
 
 Storage calls are synchronous and run on the event loop: requests are served one storage
 call at a time, which is what makes concurrent writers safe and page reads consistent
@@ -21,20 +34,21 @@ from typing import Any
 import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from connector.server import openapi, query
 from connector.server.columns import TableDef
 from connector.server.faults import BadSetting, Faults, disturb_read
+from connector.server.limits import MAX_BODY_BYTES, MAX_CELL_BYTES, MAX_RESPONSE_BYTES, Limits
 from connector.server.problems import ApiProblem, bad_request, invalid, not_found
 from connector.server.ratelimit import RateLimiter
 from connector.server.storage import ApiKey, Storage
 
 MAX_BULK_ROWS = 100
-MAX_BODY_BYTES = 8 * 1024 * 1024
 
 log = logging.getLogger("connector.server")
 
@@ -74,24 +88,42 @@ class Call:
     request: Request
     key: ApiKey
     storage: Storage
-    max_body: int
+    limits: Limits
     faults: Faults
 
     def table(self, *, write: bool) -> TableDef:
-        """The addressed table: 404 if it does not exist, 403 if the key may not use it."""
+        """The addressed table: 404 if it does not exist, 403 if the key may not use it.
+
+        A key limited to some tables gets the same 403 for any other id, existing or not.
+        """
         table_id = self.request.path_params["table_id"]
+        if not self.key.may_read(table_id):
+            raise ApiProblem(403, f"this API key has no access to table {table_id!r}")
         table = self.storage.table(table_id)
         if table is None:
             raise not_found(f"table {table_id!r} does not exist")
-        if not self.key.may_read(table.id):
-            raise ApiProblem(403, f"this API key has no access to table {table.id!r}")
         if write and not self.key.may_write(table.id):
             raise ApiProblem(403, f"this API key is read-only for table {table.id!r}")
         return table
 
     async def body(self) -> dict[str, Any]:
         """The JSON object sent; 415 / 413 / 400 when it is not one."""
-        return await json_body(self.request, self.max_body)
+        return await json_body(self.request, self.limits.body)
+
+    def fit(self, cells: dict[str, Any], *, index: int | None = None) -> dict[str, Any]:
+        """`cells` if every text fits `max_cell_bytes`; 400 VALIDATION_ERROR naming the column."""
+        limit = self.limits.cell
+        for name, value in cells.items():
+            if isinstance(value, str) and len(value) * 4 > limit:
+                size = len(value) if value.isascii() else len(value.encode())
+                if size > limit:
+                    where = "" if index is None else f"row {index}: "
+                    raise invalid(
+                        name,
+                        f"{where}column {name!r} holds {size} bytes; a cell holds at most {limit} bytes",
+                        index=index,
+                    )
+        return cells
 
 
 async def json_body(request: Request, max_body: int) -> dict[str, Any]:
@@ -127,11 +159,12 @@ class _Gate:
     `faults` is read afresh by every request: ``PUT /v1/_faults`` may replace it.
     """
 
-    def __init__(self, storage: Storage, faults: Faults, limiter: RateLimiter | None, max_body: int) -> None:
+    def __init__(self, storage: Storage, faults: Faults, rate_limit: float | None, limits: Limits) -> None:
         self.storage = storage
         self.faults = faults
-        self.limiter = limiter
-        self.max_body = max_body
+        self.limiter = RateLimiter(rate_limit) if rate_limit else None
+        self.failures = RateLimiter(rate_limit) if rate_limit else None  # by client address
+        self.limits = limits
 
     def endpoint(self, handler: Handler, *, write: bool) -> Callable[[Request], Awaitable[Response]]:
         async def run(request: Request) -> Response:
@@ -151,7 +184,7 @@ class _Gate:
                         f"rate limit of {self.limiter.rate:g} requests a second exceeded",
                         headers={"Retry-After": RateLimiter.retry_after(wait)},
                     )
-            response = await handler(Call(request, key, self.storage, self.max_body, faults))
+            response = await handler(Call(request, key, self.storage, self.limits, faults))
             if write and faults.hit(faults.fail_after_write_rate):
                 return problem_response(
                     ApiProblem(500, "injected failure after the write was committed (--fail-after-write-rate)")
@@ -169,7 +202,7 @@ class _Gate:
         """
         self._authenticate(request)
         if request.method == "PUT":
-            changes = await json_body(request, self.max_body)
+            changes = await json_body(request, self.limits.body)
             try:
                 self.faults = self.faults.replace(changes)
             except BadSetting as exc:
@@ -180,11 +213,22 @@ class _Gate:
         header = request.headers.get("authorization", "")
         scheme, _, raw = header.partition(" ")
         challenge = {"WWW-Authenticate": "Bearer"}
-        if scheme.lower() != "bearer" or not raw.strip():
-            raise ApiProblem(401, "missing API key: send the header Authorization: Bearer <key>", headers=challenge)
-        raw = raw.strip()
-        key = self.storage.find_key(raw)
+        address = request.client.host if request.client else ""
+        if self.failures is not None:
+            wait = self.failures.blocked(address)
+            if wait > 0:
+                raise ApiProblem(
+                    429,
+                    "too many failed authentications from this address; wait before trying again",
+                    headers={"Retry-After": RateLimiter.retry_after(wait)},
+                )
+        raw = raw.strip() if scheme.lower() == "bearer" else ""
+        key = self.storage.find_key(raw) if raw else None
         if key is None:
+            if self.failures is not None:
+                self.failures.wait(address)
+            if not raw:
+                raise ApiProblem(401, "missing API key: send the header Authorization: Bearer <key>", headers=challenge)
             raise ApiProblem(401, "invalid API key", headers=challenge)
         return key
 
@@ -212,19 +256,20 @@ async def list_rows(call: Call) -> Response:
     )
     if faults.disturbs_reads:
         disturb_read(faults, call.storage, table, q)
-    page = call.storage.list_rows(table, q)
-    return JSON({"rows": page.wire_rows(), "total": page.total, "limit": q.limit, "offset": q.offset})
+    page = call.storage.list_rows(table, q, max_bytes=call.limits.response)
+    limit = len(page.records) if page.cut else q.limit
+    return JSON({"rows": page.wire_rows(), "total": page.total, "limit": limit, "offset": q.offset})
 
 
 async def create_row(call: Call) -> Response:
     table = call.table(write=True)
-    cells = table.check_create(_fields(await call.body()))
+    cells = call.fit(table.check_create(_fields(await call.body())))
     return JSON(call.storage.insert_rows(table, [cells])[0], status_code=201)
 
 
 async def update_row(call: Call) -> Response:
     table = call.table(write=True)
-    changes = table.check_update(_fields(await call.body()))
+    changes = call.fit(table.check_update(_fields(await call.body())))
     return JSON(call.storage.update_row(table, call.request.path_params["row_id"], changes))
 
 
@@ -245,7 +290,7 @@ async def create_rows(call: Call) -> Response:
     for i, item in enumerate(rows):
         if not isinstance(item, dict) or "fields" not in item:
             raise invalid("rows", f'row {i}: each row must be {{"fields": {{...}}}}; nothing was written', index=i)
-        cells.append(table.check_create(item["fields"], index=i))
+        cells.append(call.fit(table.check_create(item["fields"], index=i), index=i))
     return JSON({"rows": call.storage.insert_rows(table, cells)}, status_code=201)
 
 
@@ -289,9 +334,36 @@ async def _on_http(request: Request, exc: Exception) -> Response:
     return problem_response(problem)
 
 
-async def _on_crash(request: Request, exc: Exception) -> Response:
-    log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
-    return problem_response(ApiProblem(500, "internal server error"))
+class _Contain:
+    """An unexpected exception becomes the API's 500 body, and the connection lives on.
+
+    Starlette's outermost handler sends its 500 and then re-raises, and uvicorn closes the
+    connection on a raise, dropping any request pipelined behind it. Here the exception
+    ends: logged, answered, and the connection serves the next request. Only once the
+    response has started is it re-raised: a cut connection is then the honest ending.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watch(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        except Exception as exc:
+            if started:
+                raise
+            log.error("unexpected error on %s %s", scope.get("method"), scope.get("path"), exc_info=exc)
+            await problem_response(ApiProblem(500, "internal server error"))(scope, receive, send)
 
 
 async def _openapi(request: Request) -> Response:
@@ -314,10 +386,13 @@ def create_app(
     refuse_system_filters: bool = False,
     fault_control: bool = False,
     max_body_bytes: int = MAX_BODY_BYTES,
+    max_cell_bytes: int = MAX_CELL_BYTES,
+    max_response_bytes: int = MAX_RESPONSE_BYTES,
 ) -> Starlette:
     """The reference server as an ASGI app over the SQLite file `db_path` (or a `Storage`).
 
     The fault options are `faults.Faults`'s; `fault_control` adds ``PUT /v1/_faults``.
+    The `max_*_bytes` bound what one request may send, store in a text cell, and receive.
     """
     storage = db_path if isinstance(db_path, Storage) else Storage(db_path)
     faults = Faults(
@@ -332,7 +407,8 @@ def create_app(
         max_page_size=max_page_size,
         refuse_system_filters=refuse_system_filters,
     )
-    gate = _Gate(storage, faults, RateLimiter(rate_limit) if rate_limit else None, max_body_bytes)
+    limits = Limits(body=max_body_bytes, cell=max_cell_bytes, response=max_response_bytes)
+    gate = _Gate(storage, faults, rate_limit, limits)
 
     def route(path: str, **handlers: Handler) -> Route:
         endpoints = {m: gate.endpoint(h, write=m != "GET") for m, h in handlers.items()}
@@ -355,7 +431,8 @@ def create_app(
         routes.append(Route("/v1/_faults", gate.control, methods=["GET", "PUT"]))
     app = Starlette(
         routes=routes,
-        exception_handlers={ApiProblem: _on_problem, HTTPException: _on_http, Exception: _on_crash},
+        exception_handlers={ApiProblem: _on_problem, HTTPException: _on_http},
+        middleware=[Middleware(_Contain)],
     )
     app.state.storage = storage
     return app

@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 from pathlib import Path
+from types import FrameType
 
 import click
 
 from connector.errors import ConfigError
 from connector.server.columns import SpecError
+from connector.server.limits import MAX_BODY_BYTES, MAX_CELL_BYTES, MAX_RESPONSE_BYTES
 from connector.server.storage import DEFAULT_DB, Storage
 
 _rate = click.FloatRange(0.0, 1.0)
+_bytes = click.IntRange(min=1)
+
+#: Seconds a stopping server gives requests in flight to finish before it cuts them.
+SHUTDOWN_GRACE_SECONDS = 10
+
+# A key is printable ASCII without spaces: what an Authorization header carries intact.
+_KEY = re.compile(r"[\x21-\x7e]{1,512}")
 
 
 @click.command()
@@ -25,9 +36,13 @@ _rate = click.FloatRange(0.0, 1.0)
     "--demo-key",
     envvar="CONNECTOR_DEMO_KEY",
     default=None,
-    help="Register this full-access key (env CONNECTOR_DEMO_KEY). Without it, --demo on a "
-    "database with no key creates one and prints it once on stderr.",
+    help="Register this full-access key unless it exists (an existing key keeps its "
+    "permissions). Prefer the environment variable CONNECTOR_DEMO_KEY or --demo-key-file: "
+    "other users see command lines in `ps`. Without a key, --demo on a database with no key "
+    "creates one and prints it once on stderr.",
 )
+@click.option("--demo-key-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Read the --demo-key from this file (one line; a trailing newline is ignored).")
 @click.option("--rate-limit", type=click.FloatRange(min=0.0, min_open=True), default=None,
               help="Requests a second allowed per key; above it 429 with Retry-After.")
 @click.option("--fail-rate", type=_rate, default=0.0, help="Fault: random 500 before doing anything.")
@@ -50,12 +65,21 @@ _rate = click.FloatRange(0.0, 1.0)
               help="Fault: answer 400 (field 'filter') to filters on id, created_at, updated_at.")
 @click.option("--fault-control", is_flag=True,
               help="Accept PUT /v1/_faults {setting: value, ...} to change faults while running.")
+@click.option("--max-body-bytes", type=_bytes, default=MAX_BODY_BYTES, show_default=True,
+              help="Largest request body; above it 413.")
+@click.option("--max-cell-bytes", type=_bytes, default=MAX_CELL_BYTES, show_default=True,
+              help="Largest text cell (UTF-8 bytes) a write may store; above it 400 VALIDATION_ERROR "
+              "naming the column.")
+@click.option("--max-response-bytes", type=_bytes, default=MAX_RESPONSE_BYTES, show_default=True,
+              help="About the largest page of rows: when the rows asked for would exceed it, the page "
+              "holds fewer (at least two, one if limit=1) and its `limit` says how many; step by it.")
 def serve(
     host: str,
     port: int,
     db: str,
     demo: bool,
     demo_key: str | None,
+    demo_key_file: Path | None,
     rate_limit: float | None,
     fail_rate: float,
     throttle_rate: float,
@@ -68,14 +92,20 @@ def serve(
     max_page_size: int | None,
     refuse_system_filters: bool,
     fault_control: bool,
+    max_body_bytes: int,
+    max_cell_bytes: int,
+    max_response_bytes: int,
 ) -> None:
-    """Run the reference Table Data REST API server (base path /v1) until Ctrl-C.
+    """Run the reference Table Data REST API server (base path /v1) until Ctrl-C or SIGTERM.
 
     Requests need a key of the database: create one with `connector keys create`, or use
     --demo / --demo-key. The --*-rate, --latency-ms, --*-on-read, --max-page-size,
     --refuse-system-filters and --seed options inject faults so clients can be tested
     against throttling, failures and tables changing under a read; --fault-control lets a
     test change them while the server runs.
+
+    Stopping (Ctrl-C, SIGTERM): requests in flight get up to 10 s to finish, then the
+    write-ahead log is folded into the database, which is one self-contained file again.
 
     Exit codes: 0 stopped · 1 could not listen (e.g. the port is taken) · 2 bad option.
     """
@@ -84,34 +114,73 @@ def serve(
     from connector.server.app import create_app
     from connector.server.demo import seed_demo
 
+    if demo_key_file is not None:
+        if demo_key:
+            raise click.UsageError("give --demo-key (or CONNECTOR_DEMO_KEY) or --demo-key-file, not both")
+        demo_key = _read_key(demo_key_file)
+    if demo_key is not None and not _KEY.fullmatch(demo_key):
+        raise click.BadParameter(
+            "a key is 1 to 512 printable ASCII characters without spaces", param_hint="--demo-key"
+        )
+    source = click.get_current_context().get_parameter_source("demo_key")
+    if source is click.core.ParameterSource.COMMANDLINE:
+        click.echo("note: --demo-key shows in `ps`; CONNECTOR_DEMO_KEY or --demo-key-file does not", err=True)
     storage = Storage(db)
-    if demo:
-        seed_demo(storage)
-    if demo_key:
-        storage.create_key(raw=demo_key)
-    elif demo and not storage.has_keys():
-        click.echo(f"demo API key (shown once): {storage.create_key()}", err=True)
-    app = create_app(
-        storage,
-        rate_limit=rate_limit,
-        fail_rate=fail_rate,
-        throttle_rate=throttle_rate,
-        latency_ms=latency_ms,
-        fail_after_write_rate=fail_after_write_rate,
-        drop_rate=drop_rate,
-        seed=seed,
-        delete_on_read=delete_on_read,
-        insert_on_read=insert_on_read,
-        max_page_size=max_page_size,
-        refuse_system_filters=refuse_system_filters,
-        fault_control=fault_control,
-    )
-    click.echo(f"serving http://{host}:{port}/v1 from {db}", err=True)
+    # uvicorn handles SIGTERM while it serves (stop listening, let requests in flight
+    # finish) and then raises it again: this handler turns that, or a SIGTERM before
+    # serving, into an orderly exit through the `finally`, which folds the WAL in.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
-                    http="h11", lifespan="off", timeout_graceful_shutdown=2)
-    except SystemExit as exc:  # uvicorn exits 3 when it cannot bind; our 3 means "partial"
-        raise SystemExit(1 if exc.code else 0) from None
+        if demo:
+            seed_demo(storage)
+        if demo_key:
+            existing = storage.register_key(demo_key)
+            if existing is not None and (existing.read_only or existing.tables is not None):
+                click.echo("note: the demo key is already a key of this database, read-only or limited "
+                           "to tables; its permissions are left as they are", err=True)
+        elif demo and not storage.has_keys():
+            click.echo(f"demo API key (shown once): {storage.create_key()}", err=True)
+        app = create_app(
+            storage,
+            rate_limit=rate_limit,
+            fail_rate=fail_rate,
+            throttle_rate=throttle_rate,
+            latency_ms=latency_ms,
+            fail_after_write_rate=fail_after_write_rate,
+            drop_rate=drop_rate,
+            seed=seed,
+            delete_on_read=delete_on_read,
+            insert_on_read=insert_on_read,
+            max_page_size=max_page_size,
+            refuse_system_filters=refuse_system_filters,
+            fault_control=fault_control,
+            max_body_bytes=max_body_bytes,
+            max_cell_bytes=max_cell_bytes,
+            max_response_bytes=max_response_bytes,
+        )
+        click.echo(f"serving http://{host}:{port}/v1 from {db}", err=True)
+        try:
+            uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
+                        http="h11", lifespan="off", timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS)
+        except SystemExit as exc:  # uvicorn exits 3 when it cannot bind; our 3 means "partial"
+            raise SystemExit(1 if exc.code else 0) from None
+    finally:
+        storage.close()
+
+
+def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
+
+
+def _read_key(path: Path) -> str:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(f"cannot read {path}: {exc}", param_hint="--demo-key-file") from None
+    lines = text.splitlines()
+    if len(lines) != 1:
+        raise click.BadParameter(f"{path} must hold the key on one line", param_hint="--demo-key-file")
+    return lines[0].strip()
 
 
 @click.group()

@@ -10,6 +10,10 @@ the connector share no code, so each checks the other.
     date      "YYYY-MM-DD", a real calendar date
 
 ``null`` empties a cell. A `required` column may not be empty (null, absent, or "").
+Integers must fit in 64 bits (what SQLite stores and what clients read as int64).
+
+Names of tables and columns never hold control characters (C0, DEL, C1, the Unicode line
+and paragraph separators): they are printed in logs, terminals and file names.
 """
 
 from __future__ import annotations
@@ -27,7 +31,10 @@ from connector.server.problems import ApiProblem, invalid
 TYPES: tuple[str, ...] = ("text", "choice", "number", "checkbox", "date")
 
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
-_BAD_NAME_CHARS = re.compile(r'["\\\x00-\x1f]')
+_CONTROL = "\x00-\x1f\x7f-\x9f\u2028\u2029"
+_BAD_TABLE_NAME_CHARS = re.compile(f"[{_CONTROL}]")
+_BAD_NAME_CHARS = re.compile(f'["\\\\{_CONTROL}]')
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 class SpecError(ValueError):
@@ -72,6 +79,8 @@ class ColumnDef:
             or not math.isfinite(value)
         ):
             raise ValueError(f"expects a number, got {_json_type(value)}")
+        if kind == "number" and isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+            raise ValueError(f"{value} is outside the 64-bit integer range")
         if kind == "checkbox" and not isinstance(value, bool):
             raise ValueError(f"expects true or false, got {_json_type(value)}")
         return value
@@ -168,6 +177,8 @@ def parse_spec(spec: Any) -> tuple[str, tuple[ColumnDef, ...]]:
     name = spec.get("name")
     if not isinstance(name, str) or not name.strip():
         raise SpecError("the table spec needs a non-empty string `name`")
+    if _BAD_TABLE_NAME_CHARS.search(name):
+        raise SpecError(f"table name {name!r} holds control characters; use printable characters only")
     raw_columns = spec.get("columns")
     if not isinstance(raw_columns, list) or not raw_columns:
         raise SpecError(f"table {name!r}: `columns` must be a non-empty list")

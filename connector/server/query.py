@@ -3,7 +3,8 @@
 Sorting is always total: the sort column, then `created_at`, then `id`, all in the same
 direction, so a page boundary is a single key and paging can seek by it (see `paging`).
 Filters compare by column type: numbers as numbers, dates as ISO strings, checkboxes as
-booleans; ``{"eq": null}`` matches empty cells.
+booleans; ``{"eq": null}`` matches empty cells. A filter holds at most `MAX_CONDITIONS`
+conditions; a number outside the 64-bit integer range is refused like any bad value.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 SYSTEM_FIELDS = ("id", "created_at", "updated_at")
 OPERATORS = {"eq": "=", "gt": ">"}
+#: Conditions a filter may hold (SQLite nests each one deeper; 1000 overflow its parser).
+MAX_CONDITIONS = 100
 
 _NATURAL = re.compile(r"[0-9]{1,15}")
 
@@ -184,6 +187,8 @@ def _conditions(table: TableDef, raw: str | None, *, system_filters: bool) -> tu
     if not isinstance(spec, dict):
         raise invalid("filter", '`filter` must be a JSON object like {"Status": {"eq": "Active"}}')
     conditions: list[Condition] = []
+    if sum(len(ops) if isinstance(ops, dict) else 1 for ops in spec.values()) > MAX_CONDITIONS:
+        raise invalid("filter", f"`filter` holds more than {MAX_CONDITIONS} conditions")
     for key, ops in spec.items():
         target = _target(table, key)
         if target is None:

@@ -1,5 +1,8 @@
 """Per-key rate limiting: a token bucket of `rate` requests a second, bursting to `rate`
-(at least one request, so a rate below 1/s still lets a request through now and then)."""
+(at least one request, so a rate below 1/s still lets a request through now and then).
+
+The app keeps two: one per key for the requests a key makes, and one per client address
+for failed authentications, so guessing keys is as slow as the rate limit."""
 
 from __future__ import annotations
 
@@ -18,6 +21,13 @@ class RateLimiter:
         self.burst = max(rate, 1.0)
         self._clock = clock
         self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, last refill)
+
+    def blocked(self, key: str) -> float:
+        """Like `wait`, but spends nothing: the seconds until `key` may go (0: now)."""
+        now = self._clock()
+        tokens, last = self._buckets.get(key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self.rate
 
     def wait(self, key: str) -> float:
         now = self._clock()

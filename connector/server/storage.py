@@ -19,6 +19,7 @@ so a table created by another process is visible at once.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import datetime as dt
 import hashlib
 import hmac
@@ -92,10 +93,15 @@ class ApiKey:
 
 @dataclass(frozen=True)
 class Page:
-    """A page of rows as stored: (id, created_at, updated_at, fields JSON) records."""
+    """A page of rows as stored: (id, created_at, updated_at, fields JSON) records.
+
+    `cut` is True when the page holds fewer rows than asked because more would have made
+    the response larger than the size asked for (see `Storage.list_rows`).
+    """
 
     records: list[tuple[str, str, str, str]]
     total: int
+    cut: bool = False
 
     @property
     def rows(self) -> list[dict[str, Any]]:
@@ -105,6 +111,12 @@ class Page:
     def wire_rows(self) -> list[dict[str, Any]]:
         """The rows for a JSON response: stored `fields` text goes out as is, unparsed."""
         return [_row(r[0], r[1], r[2], orjson.Fragment(r[3])) for r in self.records]
+
+
+def wire_size(record: tuple[Any, ...]) -> int:
+    """Bytes a stored row takes in a JSON page: its `fields` text plus the rest, roughly."""
+    fields: str = record[3]
+    return (len(fields) if fields.isascii() else len(fields.encode())) + 128
 
 
 def hash_key(raw: str) -> str:
@@ -179,6 +191,11 @@ class Storage:
         self._serial = threading.RLock()
 
     def close(self) -> None:
+        """Checkpoint the WAL into the database file, then close: the file stands alone."""
+        if self.path != ":memory:":
+            with self._serial, contextlib.suppress(sqlite3.Error):
+                # TRUNCATE empties the -wal even when another process keeps it open.
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self._db.close()
 
     def on_progress(self, callback: Callable[[], int] | None, every: int = 1000) -> None:
@@ -254,8 +271,14 @@ class Storage:
 
     # -- rows: reads --------------------------------------------------------------------
 
-    def list_rows(self, table: TableDef, query: RowQuery) -> Page:
-        """One page, seeking from the nearest remembered offset (see `paging`)."""
+    def list_rows(self, table: TableDef, query: RowQuery, *, max_bytes: int | None = None) -> Page:
+        """One page, seeking from the nearest remembered offset (see `paging`).
+
+        With `max_bytes`, rows are taken while their JSON stays within it, but never fewer
+        than two (one if the limit is 1), so a reader whose pages overlap by a row still
+        moves on; such a page is `cut`. Records are read one at a time, so memory stays
+        near `max_bytes` plus a row or two, whatever the limit.
+        """
         self._ensure_sort_index(table, query)
         with self._read() as db:
             version, row_count = db.execute(
@@ -267,17 +290,27 @@ class Storage:
             if mark is not None:
                 key, skip = mark[1], query.offset - mark[0]
             found: list[Any] = []
+            cut, size, least = False, 0, min(2, query.limit)
             for sql, params in query.segments(key, exact=skip == 0):
                 want = query.limit + 1 - len(found)
-                if want <= 0:
+                if want <= 0 or cut:
                     break
-                found += db.execute(f"{sql} LIMIT ? OFFSET ?", [*params, want, skip]).fetchall()
+                cursor = db.execute(f"{sql} LIMIT ? OFFSET ?", [*params, want, skip])
+                for record in cursor:
+                    found.append(record)
+                    if max_bytes is not None and len(found) <= query.limit:
+                        size += wire_size(record)
+                        if size > max_bytes and len(found) > least:
+                            cut = True  # this record only marks where the next page starts
+                            break
+                cursor.close()
             n = len(query.keys)
             if found:
                 self.offsets.remember(sig, version, query.offset, tuple(found[0][4 : 4 + n]))
-            if len(found) > query.limit:
+            taken = len(found) - 1 if cut else min(len(found), query.limit)
+            if len(found) > taken:
                 extra = found.pop()
-                self.offsets.remember(sig, version, query.offset + query.limit, tuple(extra[4 : 4 + n]))
+                self.offsets.remember(sig, version, query.offset + taken, tuple(extra[4 : 4 + n]))
             if not query.conditions:
                 total = row_count
             else:
@@ -287,7 +320,7 @@ class Storage:
                     cached = db.execute(f"SELECT count(*) FROM rows WHERE {where}", params).fetchone()[0]
                     self.offsets.remember_total(sig, version, cached)
                 total = cached
-        return Page([r[:4] for r in found], total)
+        return Page([r[:4] for r in found], total, cut=cut)
 
     def row_ids_before(self, query: RowQuery) -> list[str]:
         """Ids of the rows before `query.offset`, in its order and filter: what a read passed.
@@ -414,11 +447,9 @@ class Storage:
 
     # -- keys ---------------------------------------------------------------------------
 
-    def create_key(
-        self, *, read_only: bool = False, tables: Iterable[str] | None = None, raw: str | None = None
-    ) -> str:
-        """Store a key (hashed) and return it; `tables` are ids or names, checked to exist."""
-        raw = raw or new_key()
+    def create_key(self, *, read_only: bool = False, tables: Iterable[str] | None = None) -> str:
+        """Store a new random key (hashed) and return it; `tables` are ids or names, checked to exist."""
+        raw = new_key()
         ids: list[str] | None = None
         if tables is not None:
             ids = []
@@ -429,7 +460,7 @@ class Storage:
                 ids.append(table.id)
         with self._write() as db:
             db.execute(
-                "INSERT OR REPLACE INTO keys (hash, read_only, tables, created_at) VALUES (?, ?, ?, ?)",
+                "INSERT INTO keys (hash, read_only, tables, created_at) VALUES (?, ?, ?, ?)",
                 (
                     hash_key(raw),
                     int(read_only),
@@ -438,6 +469,20 @@ class Storage:
                 ),
             )
         return raw
+
+    def register_key(self, raw: str) -> ApiKey | None:
+        """Register `raw` as a full-access key, unless it is registered already.
+
+        Returns the existing key, left exactly as it was (a read-only or scoped key stays
+        so), or None when `raw` was new and is now stored.
+        """
+        with self._write() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO keys (hash, read_only, tables, created_at) VALUES (?, 0, NULL, ?)",
+                (hash_key(raw), self.clock.now()),
+            )
+            created = db.execute("SELECT changes()").fetchone()[0] == 1
+        return None if created else self.find_key(raw)
 
     def has_keys(self) -> bool:
         return self._db.execute("SELECT 1 FROM keys LIMIT 1").fetchone() is not None

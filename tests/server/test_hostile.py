@@ -1,0 +1,224 @@
+"""What the server does with input meant to break it, over real HTTP (issue 9).
+
+Bad filters are 400s, never 500s; a 500 never takes a pipelined request down with it; one
+request cannot take the server's memory (text cells and pages of rows are bounded); a
+scoped key cannot tell a table it may not see from one that does not exist; failed
+authentications are rate limited; names with control characters are refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import socket
+import sqlite3
+from typing import Any
+
+import httpx
+import pytest
+
+from connector.server.columns import SpecError
+from connector.server.query import MAX_CONDITIONS
+from tests.fixtures.server import RunningServer, ServerFactory
+from tests.server.conftest import PEOPLE
+
+
+def rows_of(client: httpx.Client, table: str, **params: Any) -> httpx.Response:
+    return client.get(f"/tables/{table}/rows", params=params)
+
+
+def error(response: httpx.Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"}
+    return dict(body["error"])
+
+
+# -- filters ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["9223372036854775808", "18446744073709551615"])
+def test_a_filter_number_outside_64_bits_is_400_naming_the_column(server: RunningServer, value: str) -> None:
+    table = server.create_table(PEOPLE)
+    with server.client() as client:
+        got = error(rows_of(client, table, filter='{"Age": {"eq": ' + value + "}}"), 400)
+        assert (got["code"], got["field"]) == ("VALIDATION_ERROR", "Age")
+        assert "64-bit" in got["message"]
+        written = client.post(f"/tables/{table}/rows", content=b'{"fields": {"Name": "x", "Age": ' + value.encode() + b"}}",
+                              headers={"content-type": "application/json"})
+        assert error(written, 400)["field"] == "Age"
+        assert rows_of(client, table, filter='{"Age": {"eq": 9223372036854775807}}').status_code == 200
+    assert server.row_count(table) == 0
+
+
+def test_a_filter_with_1000_conditions_is_400_and_the_cap_is_allowed(server: RunningServer) -> None:
+    # Case variants of one name all resolve to the column: 1024 distinct keys.
+    table = server.create_table({"name": "Wide", "columns": [{"name": "abcdefghij", "type": "text"}]})
+    variants = ["".join(c.upper() if up else c for c, up in zip("abcdefghij", bits, strict=True))
+                for bits in itertools.product((False, True), repeat=10)]
+    with server.client() as client:
+        too_many = {key: {"eq": "x"} for key in variants[:1000]}
+        got = error(rows_of(client, table, filter=json.dumps(too_many)), 400)
+        assert (got["code"], got["field"]) == ("VALIDATION_ERROR", "filter")
+        assert str(MAX_CONDITIONS) in got["message"]
+        enough = {key: {"eq": "x"} for key in variants[:MAX_CONDITIONS]}
+        assert rows_of(client, table, filter=json.dumps(enough)).json()["total"] == 0
+
+
+# -- a 500 and the connection it came on ----------------------------------------------------
+
+
+def pipelined(running: RunningServer, *requests: bytes) -> list[tuple[int, dict[str, str], bytes]]:
+    """Writes `requests` back to back on one connection; the answers read until it closes or idles."""
+    with socket.create_connection(("127.0.0.1", running.port), timeout=5) as sock:
+        sock.sendall(b"".join(requests))
+        sock.settimeout(1.0)
+        data = b""
+        with contextlib.suppress(TimeoutError):
+            while chunk := sock.recv(65536):
+                data += chunk
+    answers = []
+    while data:
+        head, _, rest = data.partition(b"\r\n\r\n")
+        status_line, *lines = head.decode("latin-1").split("\r\n")
+        headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+        length = int(headers["content-length"])
+        answers.append((int(status_line.split()[1]), headers, rest[:length]))
+        data = rest[length:]
+    return answers
+
+
+def request(running: RunningServer, method: str, path: str, body: bytes = b"") -> bytes:
+    head = f"{method} /v1{path} HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {running.api_key}\r\n"
+    if body:
+        head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    return head.encode() + b"\r\n" + body
+
+
+def assert_second_answered_or_first_closes(answers: list[tuple[int, dict[str, str], bytes]]) -> None:
+    assert answers and answers[0][0] == 500
+    assert json.loads(answers[0][2])["error"]["code"] == "INTERNAL"
+    if len(answers) == 1:
+        assert answers[0][1].get("connection") == "close", "the pipelined request was dropped silently"
+    else:
+        assert answers[1][0] == 200
+
+
+def test_an_unexpected_500_leaves_the_connection_serving_the_next_request(server: RunningServer) -> None:
+    table = server.create_table(PEOPLE)
+    # A real crash: the rows table vanishes under the running server.
+    with contextlib.closing(sqlite3.connect(server.db_path)) as db:
+        db.execute("ALTER TABLE rows RENAME TO rows_away")
+        db.commit()
+    answers = pipelined(server, request(server, "GET", f"/tables/{table}/rows"), request(server, "GET", "/tables"))
+    assert_second_answered_or_first_closes(answers)
+    assert len(answers) == 2
+    assert "rows_away" not in answers[0][2].decode()  # no internals in the body
+
+
+def test_an_injected_500_before_the_body_is_read_keeps_the_next_request(server_factory: ServerFactory) -> None:
+    running = server_factory(fail_rate=1.0)
+    table = running.create_table(PEOPLE)
+    body = json.dumps({"fields": {"Name": "x" * 5000}}).encode()
+    answers = pipelined(running, request(running, "POST", f"/tables/{table}/rows", body),
+                        request(running, "GET", "/tables"))
+    assert [status for status, _, _ in answers] == [500, 500]  # both answered (both injected)
+    assert running.row_count(table) == 0
+
+
+# -- memory per request -------------------------------------------------------------------
+
+
+def test_a_text_cell_above_max_cell_bytes_is_400_naming_the_column(server_factory: ServerFactory) -> None:
+    running = server_factory(max_cell_bytes=1000)
+    table = running.create_table(PEOPLE)
+    with running.client() as client:
+        assert client.post(f"/tables/{table}/rows", json={"fields": {"Name": "x" * 1000}}).status_code == 201
+        assert client.post(f"/tables/{table}/rows", json={"fields": {"Name": "€" * 333}}).status_code == 201
+        got = error(client.post(f"/tables/{table}/rows", json={"fields": {"Name": "€" * 334}}), 400)
+        assert (got["code"], got["field"]) == ("VALIDATION_ERROR", "Name")
+        assert "1002 bytes" in got["message"] and "1000" in got["message"]
+        rows = [{"fields": {"Name": "ok"}}] * 3 + [{"fields": {"Name": "x" * 1001}}]
+        got = error(client.post(f"/tables/{table}/rows/bulk", json={"rows": rows}), 400)
+        assert (got["field"], got["index"]) == ("Name", 3)
+        row = client.get(f"/tables/{table}/rows").json()["rows"][0]["id"]
+        got = error(client.patch(f"/tables/{table}/rows/{row}", json={"fields": {"Name": "y" * 1001}}), 400)
+        assert got["field"] == "Name"
+    assert running.row_count(table) == 2
+
+
+def test_pages_are_cut_by_size_and_report_the_rows_they_hold(server_factory: ServerFactory) -> None:
+    running = server_factory(max_response_bytes=50_000)
+    table = running.create_table(PEOPLE)
+    sizes = [10_000] * 20 + [100] * 30 + [200_000] * 3 + [100] * 7
+    running.insert_rows(table, [{"Name": f"{i:03d}" + "x" * (n - 3)} for i, n in enumerate(sizes)])
+    with running.client() as client:
+        first = rows_of(client, table, limit=100).json()
+        assert (first["total"], first["offset"]) == (60, 0)
+        assert 2 <= len(first["rows"]) == first["limit"] < 10
+        assert len(rows_of(client, table, limit=100).content) < 60_000
+        # A reader stepping by the applied limit reads every row once, in order, and ends on
+        # a page shorter than its limit, as with any server.
+        names, offset, limits = [], 0, []
+        while True:
+            page = rows_of(client, table, limit=100, offset=offset).json()
+            names += [r["fields"]["Name"][:3] for r in page["rows"]]
+            limits.append(page["limit"])
+            offset += page["limit"]
+            if len(page["rows"]) < page["limit"]:
+                break
+        assert names == [f"{i:03d}" for i in range(60)]
+        assert limits[-1] == 100
+        # Rows larger than the cap still come, two at a time (one if asked for one).
+        big = rows_of(client, table, limit=100, offset=50).json()
+        assert [len(r["fields"]["Name"]) for r in big["rows"]] == [200_000, 200_000]
+        assert big["limit"] == 2
+        assert rows_of(client, table, limit=1, offset=50).json()["limit"] == 1
+        # Small rows fill a page up to the limit asked for.
+        assert rows_of(client, table, limit=25, offset=20).json()["limit"] == 25
+
+
+# -- keys -----------------------------------------------------------------------------------
+
+
+def test_a_scoped_key_gets_the_same_403_for_a_hidden_table_and_a_missing_one(server: RunningServer) -> None:
+    mine = server.create_table(PEOPLE)
+    hidden = server.create_table({**PEOPLE, "name": "Payroll"})
+    scoped = server.create_key(tables=[mine])
+    headers = {"Authorization": f"Bearer {scoped}"}
+    with httpx.Client(base_url=server.base_url, headers=headers) as client:
+        for path in ("", "/rows"):
+            answers = [error(client.get(f"/tables/{t}{path}"), 403) for t in (hidden, "tbl_000000000000")]
+            assert answers[0] == {**answers[1], "message": answers[1]["message"].replace("tbl_000000000000", hidden)}
+            assert answers[0]["code"] == "FORBIDDEN"
+        written = client.post("/tables/tbl_000000000000/rows", json={"fields": {"Name": "x"}})
+        assert error(written, 403)["code"] == "FORBIDDEN"
+    with server.client() as client:  # a key that may read every table learns nothing new from a 404
+        assert error(client.get("/tables/tbl_000000000000"), 404)["code"] == "NOT_FOUND"
+
+
+def test_failed_authentications_count_against_the_rate_limit(server_factory: ServerFactory) -> None:
+    running = server_factory(rate_limit=2)
+    with httpx.Client(base_url=running.base_url) as client:
+        guesses = [client.get("/tables", headers={"Authorization": f"Bearer key_guess{i}"}) for i in range(4)]
+        assert [r.status_code for r in guesses] == [401, 401, 429, 429]
+        assert int(guesses[2].headers["retry-after"]) >= 1
+        assert error(guesses[2], 429)["code"] == "RATE_LIMITED"
+        # While the address is blocked, a right key and a wrong one get the same answer.
+        right = client.get("/tables", headers={"Authorization": f"Bearer {running.api_key}"})
+        assert right.status_code == 429
+        assert client.get("/tables").status_code == 429  # no key at all counts as a failure too
+
+
+# -- names ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["Bad\x1b[31mName", "Line\nBreak", "Tab\there", "del\x7f", "c1\x85", "ls\u2028"])
+def test_table_names_with_control_characters_are_refused(server: RunningServer, name: str) -> None:
+    with pytest.raises(SpecError, match="control characters"):
+        server.create_table({"name": name, "columns": [{"name": "A", "type": "text"}]})
+    with pytest.raises(SpecError, match="control characters"):
+        server.create_table({"name": "Fine", "columns": [{"name": name, "type": "text"}]})
+    with server.client() as client:
+        assert client.get("/tables").json() == {"tables": []}
