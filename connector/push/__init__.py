@@ -31,7 +31,9 @@ from connector.push.apply import (
     Rejected,
     apply_plan,
     write_rejects,
+    written_before,
 )
+from connector.push.coerce import check_date_format
 from connector.push.live import read_live_async
 from connector.push.plan import (
     MODES,
@@ -63,6 +65,7 @@ __all__ = [
     "ValidationReport",
     "apply",
     "push",
+    "written_before",
 ]
 
 
@@ -81,6 +84,7 @@ def push(
     rejects: str | Path | None = None,
     concurrency: int = DEFAULT_CONCURRENCY,
     progress: bool | None = None,
+    date_format: str | None = None,
 ) -> PushResult:
     """Make `table` match `source` on `key` (columns, or ``"id"``), and report what was done.
 
@@ -89,16 +93,21 @@ def push(
     delete more than allowed (`DeleteGuard`), on a `dry_run`, or when the plan is saved to
     `plan_out` for `connector apply`. Rows the server rejects are reported in the result and,
     given `rejects`, written there as CSV. `progress` shows a bar (default: on a terminal).
+    `date_format` (``%d/%m/%Y``) reads dates whose day/month order the column leaves open.
+    An error raised part-way through the writes carries what was written before it
+    (`written_before`).
     """
     if mode not in MODES:
         raise ConfigError(f"--mode {mode!r}: choose one of {', '.join(MODES)}")
     _check_concurrency(concurrency)
+    if date_format is not None and (why := check_date_format(date_format)) is not None:
+        raise ConfigError(f"--date-format {date_format!r}: {why}")
     started = time.perf_counter()
     data: Source = read_source(source, sheet=sheet)  # a bad file fails before any request
     return client.run(_push(
         client.aio, data, started, table=table, key=key, mode=mode, dry_run=dry_run,
         max_delete_ratio=max_delete_ratio, allow_delete=allow_delete, plan_out=plan_out,
-        rejects=rejects, concurrency=concurrency, progress=progress,
+        rejects=rejects, concurrency=concurrency, progress=progress, date_format=date_format,
     ))
 
 
@@ -136,10 +145,11 @@ async def _push(
     rejects: str | Path | None,
     concurrency: int,
     progress: bool | None,
+    date_format: str | None,
 ) -> PushResult:
     schema = table if isinstance(table, Table) else await _resolve(client, table)
     parsed = Key.parse(key, schema)
-    prepared = validate(data, schema, parsed, mode=mode)
+    prepared = validate(data, schema, parsed, mode=mode, date_format=date_format)
     live = await read_live_async(client, schema)
     plan = make_plan(prepared, live, cast(Mode, mode))
     if plan_out is None and dry_run:

@@ -13,6 +13,12 @@ Two failures need care:
   of the push would then find the duplicate key and refuse with `PlanError`.)
 * A bulk create rejected with ``VALIDATION_ERROR`` (all or nothing) is split in halves until
   the bad rows are alone: the good rows go in, the bad ones are reported as `Rejected`.
+* A request too large for the server (413) is split by size, and later bulk creates are sized
+  under what it refused; a single row too large even alone is `Rejected`, the rest go on.
+  Bulk creates are sized by bytes (`plan.MAX_REQUEST_BYTES`) as well as by rows from the start.
+
+When an apply stops on an error, the error carries what was written before it
+(`written_before`): the push's summary says so, and a rerun converges.
 """
 
 from __future__ import annotations
@@ -27,13 +33,37 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from connector.api import MAX_BULK_ROWS, AsyncClient
-from connector.errors import ApiValidationError, NotFound, ServerError, TransportError
+from connector.errors import (
+    ApiValidationError,
+    BadRequest,
+    ConnectorError,
+    NotFound,
+    ServerError,
+    TransportError,
+)
 from connector.load.atomic import atomic_path
 from connector.progress import Progress
 from connector.push.live import Live, read_live_async
-from connector.push.plan import Counts, Create, Plan, Update, canonical_keys
+from connector.push.plan import (
+    MAX_REQUEST_BYTES,
+    Counts,
+    Create,
+    Plan,
+    Update,
+    body_bytes,
+    canonical_keys,
+    create_batches,
+)
 
-__all__ = ["DEFAULT_CONCURRENCY", "PushResult", "Rejected", "apply_plan", "write_rejects"]
+__all__ = [
+    "DEFAULT_CONCURRENCY",
+    "PushResult",
+    "Rejected",
+    "apply_plan",
+    "excel_safe",
+    "write_rejects",
+    "written_before",
+]
 
 #: Write requests in flight at once.
 DEFAULT_CONCURRENCY = 8
@@ -41,6 +71,12 @@ DEFAULT_CONCURRENCY = 8
 MAX_RECOVERIES = 5
 #: A re-read waits this long to start, so failures arriving together share one read.
 REREAD_GATHER_SECONDS = 0.05
+#: HTTP status of a body too large for the server.
+TOO_LARGE = 413
+#: First characters that make a spreadsheet run a cell as a formula (OWASP CSV injection).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+#: The attribute of an error that stopped an apply holding what was written before it.
+_WRITTEN = "push_written_before"
 
 T = TypeVar("T")
 
@@ -102,21 +138,23 @@ async def apply_plan(
     """
     run = _Run(client, plan, asyncio.Semaphore(concurrency), bar)
     started = time.perf_counter()
-    creates = list(plan.creates)
     ids = [d.id for d in plan.deletes]
-    await _all(run.create(batch) for batch in _chunks(creates, MAX_BULK_ROWS))
-    await _all(run.update(update) for update in plan.updates)
-    await _all(run.delete(chunk) for chunk in _chunks(ids, MAX_BULK_ROWS))
-    return PushResult(
-        plan=plan,
-        created=run.created,
-        updated=run.updated,
-        deleted=run.deleted,
-        rejected=tuple(sorted(run.rejected, key=lambda r: (r.row or 0, r.id or ""))),
-        requests=run.requests,
-        rereads=run.rereads,
-        seconds=time.perf_counter() - started,
-    )
+    try:
+        await _all(run.create(batch) for batch in create_batches(plan.creates, run.max_bytes))
+        await _all(run.update(update) for update in plan.updates)
+        await _all(run.delete(chunk) for chunk in _chunks(ids, MAX_BULK_ROWS))
+    except ConnectorError as exc:
+        setattr(exc, _WRITTEN, run.result(time.perf_counter() - started))
+        raise
+    return run.result(time.perf_counter() - started)
+
+
+def written_before(exc: BaseException) -> PushResult | None:
+    """What an apply that stopped with `exc` had written before (None: `exc` did not come
+    from an apply). Rows in flight when it stopped may have been written too: a rerun of the
+    push finds them and converges."""
+    written = getattr(exc, _WRITTEN, None)
+    return written if isinstance(written, PushResult) else None
 
 
 class _Run:
@@ -136,7 +174,21 @@ class _Run:
         self.bar = bar
         self.created = self.updated = self.deleted = self.requests = self.rereads = 0
         self.rejected: list[Rejected] = []
+        #: Bulk create bodies stay under this; a 413 lowers it.
+        self.max_bytes = MAX_REQUEST_BYTES
         self._next_read: asyncio.Future[Live] | None = None
+
+    def result(self, seconds: float) -> PushResult:
+        return PushResult(
+            plan=self.plan,
+            created=self.created,
+            updated=self.updated,
+            deleted=self.deleted,
+            rejected=tuple(sorted(self.rejected, key=lambda r: (r.row or 0, r.id or ""))),
+            requests=self.requests,
+            rereads=self.rereads,
+            seconds=seconds,
+        )
 
     async def send(self, request: Callable[[], Awaitable[T]]) -> T:
         """One write request, when a slot is free (the client's limiter paces it too)."""
@@ -156,6 +208,11 @@ class _Run:
             except ApiValidationError as exc:
                 await self._bisect(batch, exc)
                 return
+            except BadRequest as exc:
+                if exc.status != TOO_LARGE:
+                    raise
+                await self._smaller(batch, exc)
+                return
             except (ServerError, TransportError):
                 if attempt == MAX_RECOVERIES:
                     raise
@@ -173,6 +230,16 @@ class _Run:
         middle = len(batch) // 2
         await _all([self.create(batch[:middle]), self.create(batch[middle:])])
 
+    async def _smaller(self, batch: list[Create], exc: BadRequest) -> None:
+        """After a 413: send the batch again in parts at most half its size, and size every
+        later batch so too; a row refused alone is rejected."""
+        sizes = [body_bytes(c.fields) for c in batch]
+        if len(batch) == 1:
+            self._reject(batch[0].row, None, batch[0].fields, _too_large(sizes[0], exc))
+            return
+        self.max_bytes = min(self.max_bytes, max(sum(sizes) // 2, 1))
+        await _all(self.create(part) for part in create_batches(batch, self.max_bytes))
+
     async def _still_missing(self, batch: list[Create]) -> list[Create]:
         """Re-read the table; count the batch's rows that made it, return the others."""
         live = await self._reread()
@@ -189,6 +256,12 @@ class _Run:
             )
         except ApiValidationError as exc:
             self._reject(update.row, update.id, update.fields, exc)
+            return
+        except BadRequest as exc:
+            if exc.status != TOO_LARGE:
+                raise
+            reason = _too_large(body_bytes(update.fields), exc)
+            self._reject(update.row, update.id, update.fields, reason)
             return
         except NotFound:
             self._reject(update.row, update.id, update.fields, "the row was deleted meanwhile")
@@ -238,13 +311,29 @@ class _Run:
 
 
 def write_rejects(path: str | Path, rejected: Sequence[Rejected], columns: Sequence[str]) -> None:
-    """Rejected rows as CSV (UTF-8): source row, row id, column at fault, error, then cells."""
+    """Rejected rows as CSV (UTF-8): source row, row id, column at fault, error, then cells.
+
+    Text a spreadsheet would run as a formula is neutralised (`excel_safe`): the file is
+    meant to be opened, fixed and pushed again.
+    """
     with atomic_path(path) as temp, temp.open("w", newline="", encoding="utf-8") as out:
         writer = csv.writer(out)
-        writer.writerow(["row", "id", "column", "error", *columns])
+        writer.writerow([excel_safe(c) for c in ["row", "id", "column", "error", *columns]])
         for r in rejected:
             cells = ["" if r.fields.get(c) is None else r.fields[c] for c in columns]
-            writer.writerow([r.row or "", r.id or "", r.column or "", r.message, *cells])
+            line = [r.row or "", r.id or "", r.column or "", r.message, *cells]
+            writer.writerow([excel_safe(c) if isinstance(c, str) else c for c in line])
+
+
+def excel_safe(text: str) -> str:
+    """`text` as a spreadsheet shows it rather than runs it: a cell starting with ``=``,
+    ``+``, ``-``, ``@``, a tab or a carriage return gets a leading ``'`` (OWASP's advice
+    against CSV injection). Other text is returned as it is."""
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
+def _too_large(size: int, exc: BadRequest) -> str:
+    return f"the row is too large for one request ({size:,} bytes of JSON): {exc.message}"
 
 
 async def _all(steps: Iterable[Coroutine[Any, Any, None]]) -> None:

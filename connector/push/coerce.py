@@ -24,7 +24,14 @@ import pandas as pd
 
 from connector.schema import CHECKBOX_FALSE, CHECKBOX_TRUE, Column
 
-__all__ = ["Coerced", "canonical_dtype", "coerce_column", "same_values", "wire_values"]
+__all__ = [
+    "Coerced",
+    "canonical_dtype",
+    "check_date_format",
+    "coerce_column",
+    "same_values",
+    "wire_values",
+]
 
 #: Cell texts that mean "no value" (what spreadsheets and pandas write for nulls).
 NULL_TOKENS = frozenset({"", "nan", "NaN", "None", "<NA>", "NaT", "null"})
@@ -66,8 +73,12 @@ def canonical_dtype(column: Column) -> str:
     return _CANONICAL[column.kind.name]
 
 
-def coerce_column(cells: pd.Series, column: Column) -> Coerced:
-    """Coerce one source (or table) column to `column`'s canonical form."""
+def coerce_column(cells: pd.Series, column: Column, *, date_format: str | None = None) -> Coerced:
+    """Coerce one source (or table) column to `column`'s canonical form.
+
+    `date_format` (``strptime``, e.g. ``%d/%m/%Y``) reads dates whose day and month order
+    the column cannot settle by itself (see `_date_strings`).
+    """
     kind = column.kind.name
     cells = cells.reset_index(drop=True)
     obj = cells.astype(object) if cells.dtype != object else cells
@@ -86,11 +97,25 @@ def coerce_column(cells: pd.Series, column: Column) -> Coerced:
 
     out = pd.Series(pd.NA, index=cells.index, dtype=canonical_dtype(column))
     errors: dict[int, str] = {}
-    ctx = _Ctx(kind, obj, kinds, nulls, out, errors, counts)
+    ctx = _Ctx(kind, obj, kinds, nulls, out, errors, counts, date_format)
     ctx.strings(is_str)
     for cell_kind in ("number", "bool", "date", "datetime", "other"):
         ctx.natives(cell_kind)
     return Coerced(ctx.out, errors, +counts)
+
+
+def check_date_format(date_format: str) -> str | None:
+    """Why `date_format` cannot read dates back exactly (None when it can): it must hold
+    a day, a month and a year, as ``%d/%m/%Y`` does."""
+    sample = dt.date(2024, 3, 25)
+    try:
+        written = sample.strftime(date_format)
+        read = dt.datetime.strptime(written, date_format).date()
+    except ValueError as exc:
+        return str(exc)
+    if read != sample:
+        return "it must hold a day, a month and a year, e.g. %d/%m/%Y or %m/%d/%Y"
+    return None
 
 
 def same_values(a: pd.Series, b: pd.Series, column: Column) -> np.ndarray[Any, np.dtype[np.bool_]]:
@@ -152,21 +177,26 @@ class _Ctx:
     out: pd.Series
     errors: dict[int, str]
     counts: Counter[str]
+    date_format: str | None = None
 
     def strings(self, mask: np.ndarray[Any, Any]) -> None:
         if not mask.any():
             return
         positions = np.flatnonzero(mask)
         texts = pd.Series(self.cells.iloc[positions].to_numpy(), dtype="string")
-        values, failed, counts = _STRING_RULES[self.type](texts)
+        notes: dict[int, str] = {}
+        if self.type == "date":
+            values, failed, counts = _date_strings(texts, self.date_format, notes)
+        else:
+            values, failed, counts = _STRING_RULES[self.type](texts)
         ok = ~failed
         if ok.all() and len(positions) == len(self.out):  # the usual case: a clean column
             self.out = values.astype(self.out.dtype).set_axis(self.out.index)
         else:
             self.out.iloc[positions[ok]] = values[ok].to_numpy()  # type: ignore[call-overload]
         self.counts.update(counts)
-        for pos in positions[failed]:
-            self.errors[int(pos)] = _NOT[self.type]
+        for i in np.flatnonzero(failed).tolist():
+            self.errors[int(positions[i])] = notes.get(i, _NOT[self.type])
 
     def natives(self, kind: str) -> None:
         mask = (self.kinds == kind) & ~self.nulls
@@ -212,7 +242,8 @@ _NOT: dict[str, str] = {
     "choice": "not a choice value",
     "number": "not a number",
     "checkbox": "not a checkbox value (use TRUE/FALSE, yes/no or 1/0)",
-    "date": "not a date (use YYYY-MM-DD or an Excel date)",
+    "date": "not a date (use YYYY-MM-DD, a date like '5 March 2024', an Excel date, "
+            "or give --date-format)",
 }
 
 
@@ -249,7 +280,18 @@ def _checkbox_strings(texts: pd.Series) -> tuple[pd.Series, np.ndarray[Any, Any]
     return values, failed, Counter({"checkbox from text": int((~failed).sum())})
 
 
-def _date_strings(texts: pd.Series) -> tuple[pd.Series, np.ndarray[Any, Any], Counter[str]]:
+def _date_strings(
+    texts: pd.Series, date_format: str | None = None, notes: dict[int, str] | None = None
+) -> tuple[pd.Series, np.ndarray[Any, Any], Counter[str]]:
+    """Dates as spreadsheets write them, trying the unambiguous forms first.
+
+    ISO dates (and ISO date-times at midnight), Excel serials, year-first dates
+    (``2024/03/05``) and dates with a month name (``5 March 2024``, ``March 5, 2024``,
+    ``05-Mar-2024``) are read as they are. Day/month-ambiguous dates (``05/03/2024``) are read
+    with `date_format` when given; otherwise the column settles the order when every value
+    fits one order and some value fits only that one (``25/03/2024``). The others fail,
+    with a note (by position in `texts`) saying what to give.
+    """
     stripped = texts.str.strip()
     values = pd.Series(pd.NA, index=texts.index, dtype="string")
     counts: Counter[str] = Counter()
@@ -270,7 +312,113 @@ def _date_strings(texts: pd.Series) -> tuple[pd.Series, np.ndarray[Any, Any], Co
         stamps = pd.Timestamp(EXCEL_EPOCH) + pd.to_timedelta(days[ok], unit="D")
         values.iloc[np.flatnonzero(serial)[ok]] = stamps.strftime("%Y-%m-%d").to_numpy()
         counts["date from Excel serial"] = int(ok.sum())
+    rest = values.isna().to_numpy() & ~(iso | midnight | serial)
+    if rest.any():
+        _spreadsheet_dates(stripped, values, rest, counts, date_format, notes)
     return values, values.isna().to_numpy(), counts
+
+
+#: English month names and abbreviations (``Sept`` too), lower case, to month numbers.
+MONTHS: dict[str, int] = {
+    **{m.lower(): i for i, m in enumerate(
+        ["January", "February", "March", "April", "May", "June", "July", "August",
+         "September", "October", "November", "December"], start=1)},
+    **{m.lower(): i for i, m in enumerate(
+        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"],
+        start=1)},
+    "sept": 9,
+}
+_DAY = r"(?P<day>\d{1,2})(?:st|nd|rd|th)?"
+_MONTH = r"(?P<month>[A-Za-z]{3,9})\.?"
+_YEAR = r"(?P<year>\d{4})"
+#: Forms with nothing to guess: year first, or the month spelt out (either order).
+_UNAMBIGUOUS = (
+    r"(?P<year>\d{4})[/.-](?P<month>\d{1,2})[/.-](?P<day>\d{1,2})",
+    _DAY + r"[ -]" + _MONTH + r",?[ -]" + _YEAR,
+    _MONTH + r" " + _DAY + r",? " + _YEAR,
+)
+#: Day and month both in numbers before the year: 05/03/2024 is 5 March or May 3.
+_AMBIGUOUS = r"(?P<a>\d{1,2})(?P<sep>[/.-])(?P<b>\d{1,2})(?P=sep)(?P<year>\d{4})"
+
+
+def _spreadsheet_dates(
+    stripped: pd.Series, values: pd.Series, rest: np.ndarray[Any, Any], counts: Counter[str],
+    date_format: str | None, notes: dict[int, str] | None,
+) -> None:
+    """Fill `values` at `rest` from the forms of `_date_strings`' docstring."""
+    todo = stripped[rest]
+    where = np.flatnonzero(rest)
+    if date_format is not None:
+        parsed = pd.to_datetime(todo, format=date_format, errors="coerce")
+        ok = (parsed.notna() & (parsed == parsed.dt.normalize())).to_numpy(dtype=bool)
+        values.iloc[where[ok]] = parsed[ok].dt.strftime("%Y-%m-%d").to_numpy()
+        counts["date with --date-format"] += int(ok.sum())
+        todo, where = todo[~ok], where[~ok]
+    for pattern in _UNAMBIGUOUS:
+        if not len(todo):
+            return
+        found = todo.str.extract("^" + pattern + "$")
+        matched = found["year"].notna().to_numpy(dtype=bool)
+        if not matched.any():
+            continue
+        month = found["month"][matched].astype(str).str.lower()
+        numbers = pd.to_numeric(month, errors="coerce")
+        month_no = numbers.where(numbers.notna(), month.map(MONTHS))
+        iso = _iso_dates(found["year"][matched], month_no, found["day"][matched])
+        ok = iso.notna().to_numpy(dtype=bool)
+        hit = np.flatnonzero(matched)[ok]
+        values.iloc[where[hit]] = iso[ok].to_numpy()
+        counts["date from text with the year first or a month name"] += len(hit)
+        keep = np.ones(len(todo), dtype=bool)
+        keep[hit] = False
+        todo, where = todo[keep], where[keep]
+    if not len(todo) or date_format is not None:
+        return
+    found = todo.str.extract("^" + _AMBIGUOUS + "$")
+    matched = found["year"].notna().to_numpy(dtype=bool)
+    if not matched.any():
+        return
+    a = found["a"][matched].astype(int).to_numpy()
+    b = found["b"][matched].astype(int).to_numpy()
+    years = found["year"][matched]
+    day_first = _iso_dates(years, pd.Series(b, index=years.index), pd.Series(a, index=years.index))
+    month_first = _iso_dates(years, pd.Series(a, index=years.index), pd.Series(b, index=years.index))
+    dm_ok = day_first.notna().to_numpy(dtype=bool)
+    md_ok = month_first.notna().to_numpy(dtype=bool)
+    only_dm, only_md = dm_ok & ~md_ok, md_ok & ~dm_ok
+    same = dm_ok & md_ok & (a == b)  # 05/05/2024 reads the same either way
+    if only_dm.any() and not only_md.any():
+        chosen, order = dm_ok, "day first"
+    elif only_md.any() and not only_dm.any():
+        chosen, order = md_ok, "month first"
+    else:
+        chosen, order = only_dm | only_md | same, "one reading only"
+    picked = day_first.where(dm_ok & (order != "month first"), month_first)
+    hit = np.flatnonzero(matched)[chosen]
+    values.iloc[where[hit]] = picked[chosen].to_numpy()
+    counts[f"date from day/month text ({order})"] += len(hit)
+    if notes is None:
+        return
+    mixed = only_dm.any() and only_md.any()
+    for i in np.flatnonzero(matched)[~chosen & (dm_ok | md_ok)].tolist():
+        sep = found["sep"].iat[i]
+        formats = f"'%d{sep}%m{sep}%Y' or '%m{sep}%d{sep}%Y'"
+        why = (
+            "the column has both day-first and month-first dates" if mixed
+            else "day and month could be either way"
+        )
+        notes[int(where[i])] = f"ambiguous date: {why}; give --date-format ({formats})"
+
+
+def _iso_dates(years: pd.Series, months: pd.Series, days: pd.Series) -> pd.Series:
+    """``YYYY-MM-DD`` text where year, month and day make a real date, else NA."""
+    parts = pd.DataFrame({
+        "year": pd.to_numeric(years, errors="coerce"),
+        "month": pd.to_numeric(months, errors="coerce"),
+        "day": pd.to_numeric(days, errors="coerce"),
+    })
+    stamps = pd.to_datetime(parts, errors="coerce")
+    return stamps.dt.strftime("%Y-%m-%d").astype("string")
 
 
 _STRING_RULES: dict[str, _StringRule] = {

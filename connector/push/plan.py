@@ -39,12 +39,19 @@ __all__ = [
     "canonical_keys",
     "check_current",
     "check_delete_guard",
+    "create_batches",
     "make_plan",
 ]
 
 #: Kept as names here for `connector.push`'s exports; defined in `connector.modes`.
 Mode = PushMode
 MODES = PUSH_MODES
+#: The largest bulk create body we send (compact JSON bytes): just under the 1 MiB that
+#: common proxies (nginx's default ``client_max_body_size``) accept. A server that answers
+#: 413 to less teaches the apply a smaller size (`connector.push.apply`).
+MAX_REQUEST_BYTES = 1_000_000
+#: The bytes a bulk create body adds around its rows: ``{"rows":[`` ... ``]}``.
+_BODY_BYTES = len(b'{"rows":[]}')
 #: A mirror may delete at most this share of the table unless the user raises it.
 DEFAULT_MAX_DELETE_RATIO = 0.2
 PLAN_FORMAT = 1
@@ -109,10 +116,16 @@ class Plan:
     ignored: tuple[str, ...] = ()
 
     @property
+    def create_requests(self) -> int:
+        """Bulk creates needed: at most 100 rows and `MAX_REQUEST_BYTES` each."""
+        return len(create_batches(self.creates))
+
+    @property
     def requests(self) -> int:
-        """Write requests needed: one per 100 creates, one per update, one per 100 deletes."""
+        """Write requests needed: bulk creates (by rows and bytes), one per update, one per
+        100 deletes."""
         return (
-            math.ceil(len(self.creates) / MAX_BULK_ROWS)
+            self.create_requests
             + len(self.updates)
             + math.ceil(len(self.deletes) / MAX_BULK_ROWS)
         )
@@ -163,6 +176,31 @@ class Plan:
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(f"not a push plan file: {exc}") from None
+
+
+def body_bytes(fields: Mapping[str, Any]) -> int:
+    """The bytes one row adds to a bulk create body (its ``{"fields":...}`` and a comma)."""
+    return len(orjson.dumps({"fields": fields})) + 1
+
+
+def create_batches(
+    creates: Sequence[Create], max_bytes: int = MAX_REQUEST_BYTES, max_rows: int = MAX_BULK_ROWS
+) -> list[list[Create]]:
+    """`creates` in order, cut into bulk requests of at most `max_rows` rows and `max_bytes`
+    bytes of body; a row larger than `max_bytes` by itself goes alone."""
+    batches: list[list[Create]] = []
+    batch: list[Create] = []
+    size = _BODY_BYTES
+    for create in creates:
+        row = body_bytes(create.fields)
+        if batch and (len(batch) >= max_rows or size + row > max_bytes):
+            batches.append(batch)
+            batch, size = [], _BODY_BYTES
+        batch.append(create)
+        size += row
+    if batch:
+        batches.append(batch)
+    return batches
 
 
 def make_plan(prepared: Prepared, live: Live, mode: Mode = "upsert") -> Plan:

@@ -24,7 +24,7 @@ def describe_plan(plan: Plan, sample: int = SAMPLE) -> str:
         f"  source rows {plan.source_rows}, table rows {plan.table_rows}",
         f"  create {creates}, update {updates}, delete {deletes}, "
         f"unchanged {plan.unchanged}, skipped {plan.skipped}",
-        f"  requests: {math.ceil(creates / MAX_BULK_ROWS)} bulk create + {updates} update + "
+        f"  requests: {plan.create_requests} bulk create + {updates} update + "
         f"{math.ceil(deletes / MAX_BULK_ROWS)} bulk delete = {plan.requests}",
     ]
     if plan.ignored:

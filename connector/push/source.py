@@ -4,6 +4,11 @@ Cells are kept as the file holds them: CSV cells are *strings* (so ``007`` and
 ``12345678901234567890`` survive), Excel and Parquet cells keep their native values. Turning a
 cell into a column's type is `coerce`'s job, done per column with the table's schema in hand.
 Every row remembers its spreadsheet row number (the header is row 1), for error reports.
+
+An ``.xlsx`` formula is read as the value the spreadsheet saved with it. A formula saved
+without one (files written by scripts, e.g. openpyxl, carry none until a spreadsheet app
+recalculates and saves them) is an error naming its cells: read as empty, it would clear
+those cells upstream.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 import zipfile
 from collections import Counter
 from dataclasses import dataclass
@@ -26,6 +32,10 @@ from connector.errors import SourceError
 
 __all__ = ["Source", "SourceError", "read_source"]
 
+#: A formula element in a worksheet's XML (``<f>``, ``<f t="shared" .../>``, ``<x:f>``).
+_FORMULA_TAG = re.compile(rb"<(?:\w+:)?f[\s>/]")
+#: Formula cells named in an error before "and N more".
+_SHOWN_CELLS = 10
 #: Delimiters the CSV sniffer may choose between.
 CSV_DELIMITERS = ",;\t|"
 _SNIFF_CHARS = 64 * 1024
@@ -145,9 +155,12 @@ def _read_excel(path: Path, sheet: str | None) -> Source:
             ws = book[sheet]
         else:
             raise SourceError(f"{path}: no sheet {sheet!r}; sheets: {book.sheetnames}")
+        title = ws.title
         cells = [list(r) for r in ws.iter_rows(min_row=1, values_only=True)]
     finally:
         book.close()
+    if _has_formulas(path):
+        _check_formulas(path, title, cells)
     first = next((i for i, r in enumerate(cells) if any(v is not None for v in r)), None)
     if first is None:
         raise SourceError(f"{path}: sheet {ws.title!r} is empty")
@@ -168,6 +181,60 @@ def _read_excel(path: Path, sheet: str | None) -> Source:
         dtype=object,
     )
     return _numbered(str(path), frame, first_row=first + 2)
+
+
+def _has_formulas(path: Path) -> bool:
+    """Whether any worksheet of the workbook holds a formula (a cheap scan of its XML)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for name in archive.namelist():
+                if not (name.startswith("xl/worksheets/") and name.endswith(".xml")):
+                    continue
+                with archive.open(name) as part:
+                    tail = b""
+                    while chunk := part.read(1 << 20):
+                        if _FORMULA_TAG.search(tail + chunk):
+                            return True
+                        tail = chunk[-16:]
+    except (zipfile.BadZipFile, OSError, KeyError):
+        return True  # let openpyxl's read say what is wrong
+    return False
+
+
+def _check_formulas(path: Path, title: str, values: list[list[Any]]) -> None:
+    """Refuse formula cells saved without a value (openpyxl reads those as None)."""
+    import openpyxl
+    from openpyxl.utils import get_column_letter
+
+    book = openpyxl.load_workbook(path, read_only=True, data_only=False)
+    try:
+        formulas = book[title].iter_rows(min_row=1, values_only=True)
+        where = [
+            (i, j)
+            for i, (row, saved) in enumerate(zip(formulas, values, strict=False))
+            for j, cell in enumerate(row)
+            if _is_formula(cell) and (j >= len(saved) or saved[j] is None)
+        ]
+    finally:
+        book.close()
+    if where:
+        header = next((r for r in values if any(v is not None for v in r)), [])
+        names = sorted({str(header[j]) for _, j in where if j < len(header) and header[j]})
+        missing = [f"{get_column_letter(j + 1)}{i + 1}" for i, j in where]
+        shown = ", ".join(missing[:_SHOWN_CELLS])
+        more = f" and {len(missing) - _SHOWN_CELLS} more" if len(missing) > _SHOWN_CELLS else ""
+        columns = f" in column(s) {', '.join(map(repr, names))}" if names else ""
+        raise SourceError(
+            f"{path}: sheet {title!r}: {len(missing)} formula cell(s) saved without a value "
+            f"({shown}{more}){columns}; open the file in Excel or LibreOffice and save it (that stores "
+            "the results), or paste the values in place of the formulas"
+        )
+
+
+def _is_formula(cell: Any) -> bool:
+    if isinstance(cell, str):
+        return cell.startswith("=")
+    return type(cell).__name__ in ("ArrayFormula", "DataTableFormula")
 
 
 def _read_parquet(path: Path) -> Source:

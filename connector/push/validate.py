@@ -92,8 +92,12 @@ class Prepared:
         return self.source.rows
 
 
-def validate(source: Source, table: Table, key: Key, *, mode: str = "upsert") -> Prepared:
-    """Coerce `source` to `table`'s types and check it, or raise one `ValidationReport`."""
+def validate(
+    source: Source, table: Table, key: Key, *, mode: str = "upsert", date_format: str | None = None
+) -> Prepared:
+    """Coerce `source` to `table`'s types and check it, or raise one `ValidationReport`.
+
+    `date_format` reads day/month-ambiguous dates (`connector.push.coerce`)."""
     system = table.system_names()
     frame = source.frame
     if key.by_id and system["id"] not in frame.columns and "id" in frame.columns:
@@ -111,7 +115,9 @@ def validate(source: Source, table: Table, key: Key, *, mode: str = "upsert") ->
         ids = frame[key.columns[0]].astype("string").str.strip()
         out[key.columns[0]] = ids.mask(ids == "").reset_index(drop=True)
     for name in columns:
-        out[name] = _column(source, frame[name], table.column(name), key, coercions, cells)
+        out[name] = _column(
+            source, frame[name], table.column(name), key, coercions, cells, date_format
+        )
     if all(k in out for k in key.columns) and len(frame):
         cells.extend(_key_problems(source, out, key, {pos for pos, _ in cells}))
 
@@ -160,10 +166,10 @@ def _header_problems(
 
 def _column(
     source: Source, cells: pd.Series, col: Column, key: Key, coercions: Counter[str],
-    problems: list[tuple[int, Problem]],
+    problems: list[tuple[int, Problem]], date_format: str | None = None,
 ) -> pd.Series:
     """One column's canonical values; its bad cells are added to `problems` by position."""
-    coerced = coerce_column(cells, col)
+    coerced = coerce_column(cells, col, date_format=date_format)
     coercions.update(coerced.counts)
     values = coerced.values
     for pos, message in coerced.errors.items():

@@ -24,6 +24,7 @@ def test_public_names() -> None:
         "ValidationReport",
         "apply",
         "push",
+        "written_before",
     ]
     assert all(hasattr(connector.push, name) for name in connector.push.__all__)
 

@@ -65,12 +65,14 @@ def test_dates_from_iso_text_excel_serials_and_datetimes() -> None:
          "2024-02-30", "31/01/2024", "2024-01-31T10:00", dt.datetime(2024, 1, 31, 10), True],
     )
     assert values[:7] == ["2024-01-31"] * 7  # Excel serial 45322 is 2024-01-31
-    assert set(errors) == {7, 8, 9, 10, 11}
+    assert values[8] == "2024-01-31"  # 31 is no month: day first, the only reading
+    assert set(errors) == {7, 9, 10, 11}
     assert counts == {
         "date from ISO text": 1,
         "date from ISO date-time at midnight": 1,
         "date from Excel serial": 2,
         "date from date-time at midnight": 2,
+        "date from day/month text (day first)": 1,
     }
 
 
@@ -105,3 +107,48 @@ def test_wire_values_are_json_cells() -> None:
     col = Column("c", "number")
     values = coerce_column(pd.Series(["1", "2.5", "", "1e20"], dtype=object), col).values
     assert wire_values(values, col) == [1, 2.5, None, 1e20]
+
+
+def test_dates_as_spreadsheets_write_them_when_only_one_reading_exists() -> None:
+    values, errors, counts = coerce(
+        "date",
+        ["5 March 2024", "March 5, 2024", "2024/03/05", "05-Mar-2024", "5th Sept. 2024",
+         "Mar 5 2024", "2024.3.5", "31 Feb 2024", "5 Foo 2024"],
+    )
+    assert values[:7] == ["2024-03-05"] * 4 + ["2024-09-05", "2024-03-05", "2024-03-05"]
+    assert set(errors) == {7, 8} and "not a date" in errors[7]
+    assert counts == {"date from text with the year first or a month name": 7}
+
+
+@pytest.mark.parametrize(("cells", "expected", "order"), [
+    (["05/03/2024", "25/03/2024"], ["2024-03-05", "2024-03-25"], "day first"),
+    (["05/03/2024", "03/25/2024"], ["2024-05-03", "2024-03-25"], "month first"),
+    (["05.03.2024", "13.03.2024", "07.07.2024"], ["2024-03-05", "2024-03-13", "2024-07-07"], "day first"),
+])
+def test_the_column_settles_day_and_month_when_every_value_agrees(
+    cells: list[str], expected: list[str], order: str
+) -> None:
+    values, errors, counts = coerce("date", cells)
+    assert (values, errors) == (expected, {})
+    assert counts == {f"date from day/month text ({order})": len(cells)}
+
+
+def test_ambiguous_dates_need_a_date_format() -> None:
+    values, errors, _ = coerce("date", ["05/03/2024", "06/06/2024"])
+    assert values == [NA, "2024-06-06"]
+    assert errors == {0: "ambiguous date: day and month could be either way; "
+                         "give --date-format ('%d/%m/%Y' or '%m/%d/%Y')"}
+    _, mixed, _ = coerce("date", ["25/03/2024", "03/25/2024", "05/03/2024"])
+    assert list(mixed) == [2] and "both day-first and month-first" in mixed[2]
+    dated = coerce_column(pd.Series(["05/03/2024", "2024-01-31", "5 May 2024", "13/13/2024"]),
+                          Column("c", "date"), date_format="%d/%m/%Y")
+    assert dated.values.tolist()[:3] == ["2024-03-05", "2024-01-31", "2024-05-05"]
+    assert list(dated.errors) == [3]
+    assert dated.counts["date with --date-format"] == 1
+
+
+def test_a_date_format_must_read_dates_back() -> None:
+    from connector.push.coerce import check_date_format
+
+    assert check_date_format("%d/%m/%Y") is None
+    assert "day, a month and a year" in str(check_date_format("%m/%Y"))

@@ -47,7 +47,7 @@ def test_every_problem_is_reported_at_once_by_spreadsheet_row() -> None:
         "row 2, column 'Name', value 'Ann': duplicate key: also on row(s) 4",
         "row 3, column 'Age', value 'old': not a number",
         "row 3, column 'Status', value 'gone': not one of the options: 'active', 'paused'",
-        "row 4, column 'Born', value '2024-13-01': not a date (use YYYY-MM-DD or an Excel date)",
+        "row 4, column 'Born', value '2024-13-01': not a date (use YYYY-MM-DD, a date like '5 March 2024', an Excel date, or give --date-format)",
         "row 4, column 'Name', value 'Ann': duplicate key: also on row(s) 2",
         "row 5, column 'Name': the key is empty",
     ]
