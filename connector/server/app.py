@@ -6,11 +6,8 @@ rate limit; then its handler runs; then the after-write faults. Every refusal is
 an unexpected exception is a 500 with that body, never a traceback; the connection then
 serves the next request (`_Contain`).
 
-Limits per request, so one request cannot take the server's memory: a body of at most
-`max_body_bytes` (413), a text cell of at most `max_cell_bytes` (400 VALIDATION_ERROR
-naming the column), and a page of rows of about `max_response_bytes`: when the rows asked
-for would make it larger, the page holds fewer (at least two, one if `limit` is 1) and
-its `limit` reports how many, so a client stepping by the applied limit misses nothing.
+One request cannot take the server's memory: bodies, text cells and pages of rows are
+bounded (`limits`); a page cut by size reports in `limit` the rows it holds.
 
 Keys: a key limited to some tables gets the same 403 for a table outside its scope and for
 a table that does not exist, so it cannot learn which tables exist. Failed

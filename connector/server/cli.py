@@ -44,7 +44,8 @@ _KEY = re.compile(r"[\x21-\x7e]{1,512}")
 @click.option("--demo-key-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Read the --demo-key from this file (one line; a trailing newline is ignored).")
 @click.option("--rate-limit", type=click.FloatRange(min=0.0, min_open=True), default=None,
-              help="Requests a second allowed per key; above it 429 with Retry-After.")
+              help="Requests a second allowed per key, and failed authentications a second per "
+              "client address; above it 429 with Retry-After.")
 @click.option("--fail-rate", type=_rate, default=0.0, help="Fault: random 500 before doing anything.")
 @click.option("--throttle-rate", type=_rate, default=0.0, help="Fault: random 429 with Retry-After.")
 @click.option("--latency-ms", type=click.FloatRange(min=0.0), default=0.0, help="Fault: delay every request.")
@@ -104,6 +105,10 @@ def serve(
     against throttling, failures and tables changing under a read; --fault-control lets a
     test change them while the server runs.
 
+    A key limited to some tables gets the same 403 for any other table id, whether that
+    table exists or not. Requests and pages are bounded by --max-body-bytes,
+    --max-cell-bytes and --max-response-bytes.
+
     Stopping (Ctrl-C, SIGTERM): requests in flight get up to 10 s to finish, then the
     write-ahead log is folded into the database, which is one self-contained file again.
 
@@ -126,10 +131,12 @@ def serve(
     if source is click.core.ParameterSource.COMMANDLINE:
         click.echo("note: --demo-key shows in `ps`; CONNECTOR_DEMO_KEY or --demo-key-file does not", err=True)
     storage = Storage(db)
-    # uvicorn handles SIGTERM while it serves (stop listening, let requests in flight
-    # finish) and then raises it again: this handler turns that, or a SIGTERM before
-    # serving, into an orderly exit through the `finally`, which folds the WAL in.
+    # uvicorn handles SIGTERM and SIGINT while it serves (stop listening, let requests in
+    # flight finish) and then raises the signal again: this handler turns that, or a
+    # signal before serving, into an orderly exit through the `finally`, which folds the
+    # WAL in.
     signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGINT, _exit_on_signal)
     try:
         if demo:
             seed_demo(storage)
@@ -165,7 +172,10 @@ def serve(
         except SystemExit as exc:  # uvicorn exits 3 when it cannot bind; our 3 means "partial"
             raise SystemExit(1 if exc.code else 0) from None
     finally:
-        storage.close()
+        try:
+            storage.checkpoint()
+        finally:
+            storage.close()
 
 
 def _exit_on_signal(signum: int, frame: FrameType | None) -> None:

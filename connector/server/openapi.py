@@ -23,7 +23,8 @@ def _error(description: str) -> dict[str, Any]:
 _ERRORS = {
     "400": _error("Bad request; VALIDATION_ERROR names the column in `field`"),
     "401": _error("Missing or invalid API key"),
-    "403": _error("The key may not use this table, or is read-only"),
+    "403": _error("The key may not use this table, or is read-only; a key limited to tables "
+                  "gets this for any other table id, whether it exists or not"),
     "404": _error("No such table or row"),
     "413": _error("Body too large"),
     "415": _error("Body is not sent as application/json"),
@@ -122,7 +123,10 @@ _SCHEMAS: dict[str, Any] = {
         "properties": {
             "rows": {"type": "array", "items": _ref("Row")},
             "total": {"type": "integer", "minimum": 0, "description": "rows matching the filter"},
-            "limit": {"type": "integer", "minimum": 0, "maximum": 1000},
+            "limit": {"type": "integer", "minimum": 0, "maximum": 1000,
+                      "description": "the limit applied: the one asked for, clamped to 1000, or "
+                      "the rows this page holds when more would exceed the server's response "
+                      "size (at least two); the next page starts at offset + limit"},
             "offset": {"type": "integer", "minimum": 0},
         },
     },
@@ -137,7 +141,8 @@ _LIST_PARAMS = [
      "description": "a column name, or created_at / updated_at / id; ties by created_at, id"},
     {"name": "order", "in": "query", "schema": {"type": "string", "enum": ["asc", "desc"]}},
     {"name": "filter", "in": "query", "schema": {"type": "string"},
-     "description": 'JSON: {"Column": {"eq": value} | {"gt": value}, ...}, AND-ed'},
+     "description": 'JSON: {"Column": {"eq": value} | {"gt": value}, ...}, AND-ed; '
+     "at most 100 conditions"},
 ]
 
 

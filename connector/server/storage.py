@@ -19,7 +19,6 @@ so a table created by another process is visible at once.
 from __future__ import annotations
 
 import bisect
-import contextlib
 import datetime as dt
 import hashlib
 import hmac
@@ -191,12 +190,18 @@ class Storage:
         self._serial = threading.RLock()
 
     def close(self) -> None:
-        """Checkpoint the WAL into the database file, then close: the file stands alone."""
-        if self.path != ":memory:":
-            with self._serial, contextlib.suppress(sqlite3.Error):
-                # TRUNCATE empties the -wal even when another process keeps it open.
-                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self._db.close()
+
+    def checkpoint(self) -> None:
+        """Fold the write-ahead log into the database file: the file alone holds everything.
+
+        TRUNCATE empties the `-wal` file even while another process keeps it open (the last
+        connection to close removes it). Waits for writers of other processes, up to the
+        busy timeout.
+        """
+        if self.path != ":memory:":
+            with self._serial:
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def on_progress(self, callback: Callable[[], int] | None, every: int = 1000) -> None:
         """Call `callback` every `every` SQLite VM steps: benchmarks count work with it,

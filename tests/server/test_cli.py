@@ -12,11 +12,12 @@ from pathlib import Path
 
 import click
 import httpx
+import pytest
 from click.testing import CliRunner
 
 from connector.cli import main
 from connector.server.cli import create_key, create_table, serve
-from tests.fixtures.server import RunningServer, free_port
+from tests.fixtures.server import RunningServer, ServerFactory, free_port
 from tests.server.conftest import PEOPLE
 
 
@@ -119,3 +120,49 @@ def test_serve_on_a_taken_port_exits_1(tmp_path: Path) -> None:
         )
     assert result.returncode == 1
     assert "address already in use" in result.stderr
+
+
+def test_a_demo_key_that_exists_keeps_its_permissions(server_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    running = server_factory()
+    table = running.create_table(PEOPLE)
+    other = running.create_table({**PEOPLE, "name": "Other"})
+    read_only = running.create_key(read_only=True, tables=[table])
+    headers = {"Authorization": f"Bearer {read_only}"}
+    for how in ("command line", "environment"):
+        running.stop()
+        if how == "command line":
+            running.options["demo_key"] = read_only
+        else:
+            running.options.pop("demo_key")
+            monkeypatch.setenv("CONNECTOR_DEMO_KEY", read_only)
+        running.start()
+        with httpx.Client(base_url=running.base_url, headers=headers) as client:
+            assert client.get(f"/tables/{table}/rows").status_code == 200
+            assert client.post(f"/tables/{table}/rows", json={"fields": {"Name": "x"}}).status_code == 403
+            assert client.get(f"/tables/{other}").status_code == 403
+    log = running.log()
+    assert "shows in `ps`" in log and log.count("permissions are left as they are") == 2
+    assert read_only not in log
+
+
+def test_a_demo_key_file_registers_a_full_key_that_ps_does_not_show(server_factory: ServerFactory, tmp_path: Path) -> None:
+    key_file = tmp_path / "demo.key"
+    key_file.write_bytes(b"demo-key-from-a-file\r\n")  # saved on Windows
+    running = server_factory(demo_key_file=key_file)
+    table = running.create_table(PEOPLE)
+    headers = {"Authorization": "Bearer demo-key-from-a-file"}
+    with httpx.Client(base_url=running.base_url, headers=headers) as client:
+        assert client.post(f"/tables/{table}/rows", json={"fields": {"Name": "x"}}).status_code == 201
+    assert running.pid is not None
+    assert b"demo-key-from-a-file" not in Path(f"/proc/{running.pid}/cmdline").read_bytes()
+    assert "shows in `ps`" not in running.log()
+
+
+@pytest.mark.parametrize("content", [b"", b"two\nlines\n", b"has space\n", b"\xff\xfe\n"])
+def test_a_bad_demo_key_file_is_refused_before_serving(tmp_path: Path, content: bytes) -> None:
+    key_file = tmp_path / "demo.key"
+    key_file.write_bytes(content)
+    result = CliRunner().invoke(main, ["serve", "--db", str(tmp_path / "x.db"), "--demo-key-file", str(key_file)])
+    assert result.exit_code == 2, result.output
+    assert "--demo-key" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "x.db").exists()

@@ -1,15 +1,20 @@
-"""Whatever the server acknowledged survives `kill -9`; concurrent writers lose nothing."""
+"""Whatever the server acknowledged survives `kill -9`; concurrent writers lose nothing;
+SIGTERM lets requests in flight finish and leaves the database one self-contained file."""
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import sqlite3
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from tests.fixtures.server import RunningServer
+from tests.fixtures.server import RunningServer, ServerFactory
 
 COUNTERS = {
     "name": "Counters",
@@ -149,3 +154,35 @@ def test_parallel_bulk_writers_and_readers_see_consistent_totals(server: Running
         # Bulk creates are atomic: a reader never sees part of one, and never goes back.
         assert totals and all(t % size == 0 for t in totals)
         assert totals == sorted(totals)
+
+
+def test_sigterm_finishes_requests_in_flight_and_leaves_one_self_contained_file(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    running = server_factory(fault_control=True)
+    table = running.create_table(COUNTERS)
+    with running.client() as client:
+        rows = [{"fields": {"Name": f"r{i}"}} for i in range(50)]
+        assert client.post(f"/tables/{table}/rows/bulk", json={"rows": rows}).status_code == 201
+    running.set_faults(latency_ms=1500)
+    answers: list[httpx.Response] = []
+
+    def slow_read() -> None:
+        with running.client() as client:
+            answers.append(client.get(f"/tables/{table}/rows", params={"limit": 1000}))
+
+    reader = threading.Thread(target=slow_read)
+    reader.start()
+    time.sleep(0.5)  # the read is in flight, waiting out its latency
+    started = time.monotonic()
+    assert running.terminate() == 0
+    reader.join()
+    assert time.monotonic() - started < 10
+    assert [a.status_code for a in answers] == [200] and len(answers[0].json()["rows"]) == 50
+    wal = Path(f"{running.db_path}-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+    alone = tmp_path / "alone" / "copy.db"
+    alone.parent.mkdir()
+    shutil.copyfile(running.db_path, alone)  # the .db file only: no -wal, no -shm
+    with contextlib.closing(sqlite3.connect(alone)) as db:
+        assert db.execute("SELECT count(*) FROM rows WHERE table_id = ?", (table,)).fetchone() == (50,)
