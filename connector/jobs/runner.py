@@ -370,6 +370,8 @@ class _Run:
         #: Every result so far: a run stopped by a bad key still reports them.
         self.results: list[TableResult] = []
         self.names: dict[str, str] = {}
+        #: Row counts from the listing: the length of a full read's progress bar.
+        self.listed_rows: dict[str, int] = {}
 
     def choose(self) -> _Chosen:
         """The tables to copy, resolved by the one resolver and checked against their columns.
@@ -411,6 +413,7 @@ class _Run:
         listed = {s.id for s in summaries}
         chosen = _Chosen()
         self.names = target_names(summaries)
+        self.listed_rows = {s.id: s.rows for s in summaries}
         for table_id in (t for t in wanted if t not in excluded):
             try:
                 table = self.client.get_table(table_id)
@@ -545,10 +548,12 @@ class _Table:
         """The id pass: ids only, through the one reader, from the largest pages the API gives."""
         return IdSet.of(b.column(0) for b in self._read(filter, columns=[], page_size=MAX_PAGE_SIZE))
 
-    def _bar(self) -> Any:
+    def _bar(self, *, full: bool = True) -> Any:
+        """A progress bar for a read (its length: the listed row count, for a full read)."""
         if self.run_.show_progress is False:
             return nullcontext(None)
-        return progress(self.table.name, None, enabled=self.run_.show_progress)
+        total = self.run_.listed_rows.get(self.table.id) if full and not self.filter else None
+        return progress(self.table.name, total or None, enabled=self.run_.show_progress)
 
     def _newest(self, filter: Mapping[str, Any]) -> str | None:
         """The newest ``updated_at`` among matching rows, asked *before* reading them.
@@ -582,7 +587,7 @@ class _Table:
                 raise
             return self._read_everything_keep_newer(cursor, spool)
         if newest is not None:
-            with self._bar() as bar:
+            with self._bar(full=False) as bar:
                 spool.extend(_counted(self._read(changed), bar))
         return newest or cursor, newest or cursor, None
 
