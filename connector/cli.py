@@ -10,7 +10,11 @@ Exit codes are `connector.errors.ExitCode`, the same from every command:
     75 another run of the same job holds its lock
     130 / 143  interrupted by Ctrl-C / SIGTERM
 
-Errors print one line without a traceback unless ``--debug`` is given.
+Errors print one line without a traceback unless ``--debug`` is given; usage errors too
+(``error: Invalid value for '--max-wait': ...``). Every wait before a retry prints one line
+on stderr (``retrying in 4.0 s (attempt 3 of 10): connection refused``); ``--max-wait``
+bounds their total. The API key never appears: it is checked before any request, and taken
+out of every log record and traceback (``connector.api.keys``).
 """
 
 from __future__ import annotations
@@ -26,15 +30,41 @@ from connector.errors import ConnectorError, ExitCode
 from connector.modes import DEFAULT_PUSH_MODE, PUSH_MODES
 
 
+class _UsageLine(click.ClickException):
+    """A usage error as one line (``error: ...``), exit 2: what to fix, then where to read."""
+
+    exit_code = ExitCode.USAGE
+
+    def __init__(self, error: click.UsageError) -> None:
+        super().__init__(error.format_message())
+        self.command = error.ctx.command_path if error.ctx else "connector"
+
+    def show(self, file: Any = None) -> None:
+        message = " ".join(self.format_message().split())  # one line, whatever click wrapped
+        click.secho(f"error: {message} (see: {self.command} --help)", fg="red", err=True)
+
+
 class _Root(click.Group):
     """Turns our errors into one clean line and a meaningful exit code."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as exc:  # the root's own options (--max-wait)
+            raise _UsageLine(exc) from exc
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # a command's options and arguments
+            raise _UsageLine(exc) from exc
         except ConnectorError as exc:
             if ctx.obj and ctx.obj.get("debug"):
-                raise
+                import traceback
+
+                from connector.api.keys import redact
+
+                click.echo(redact(traceback.format_exc()).rstrip("\n"), err=True)
             click.secho(f"error: {exc}", fg="red", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
@@ -42,15 +72,78 @@ class _Root(click.Group):
             ctx.exit(ExitCode.INTERRUPTED)
 
 
+def _max_wait(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    """--max-wait: seconds >= 0, finite (click's FloatRange lets nan and inf through)."""
+    if value is None:
+        return None
+    from connector.api.retry import check_max_wait
+    from connector.errors import ConfigError
+
+    try:
+        return check_max_wait(value, "--max-wait")
+    except ConfigError:
+        raise click.BadParameter(
+            f"must be a number of seconds >= 0, like 30, not {value!r}", ctx, param
+        ) from None
+
+
+class _Lines(logging.Handler):
+    """Log records as bare lines on the current stderr (retry waits: ``retrying in ...``)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            click.echo(self.format(record), err=True)
+        except Exception:
+            self.handleError(record)
+
+
+def _setup_logging(ctx: click.Context, debug: bool) -> None:
+    """Warnings (debug: everything) on stderr; retry waits as bare lines; no key anywhere.
+    The retry logger is given back as it was when the command ends."""
+    from connector.api.keys import RedactingFilter
+
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
+    retries = logging.getLogger("connector.api.retry")
+    lines = _Lines()
+    lines.addFilter(RedactingFilter())
+    level, propagate = retries.level, retries.propagate
+    retries.addHandler(lines)
+    retries.setLevel(logging.INFO)
+    retries.propagate = False
+
+    def restore() -> None:
+        retries.removeHandler(lines)
+        retries.setLevel(level)
+        retries.propagate = propagate
+
+    ctx.call_on_close(restore)
+
+
 @click.group(cls=_Root, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--debug", is_flag=True, help="Show tracebacks and debug logging.")
+@click.option("--debug", is_flag=True, help="Show tracebacks and debug logging (never the key).")
+@click.option(
+    "--max-wait",
+    metavar="SECONDS",
+    envvar="CONNECTOR_MAX_WAIT",
+    callback=_max_wait,
+    help="Give up retrying a request (connection refused or reset, timeouts, 5xx, 429) "
+    "after this many seconds in all; 0: no retries [env CONNECTOR_MAX_WAIT; default 120].",
+)
 @click.version_option(package_name="table-data-connector")
 @click.pass_context
-def main(ctx: click.Context, debug: bool) -> None:
+def main(ctx: click.Context, debug: bool, max_wait: float | None) -> None:
     """Move data between the Table Data REST API and DataFrames, Parquet and SQL.
 
     The API key is read from CONNECTOR_API_KEY and the base URL from CONNECTOR_BASE_URL
-    (or --base-url). The key is never printed or logged.
+    (or --base-url). The key is never printed or logged. Each wait before a retry prints
+    one line on stderr; --max-wait bounds them.
 
     \b
     Exit codes, the same from every command:
@@ -62,13 +155,13 @@ def main(ctx: click.Context, debug: bool) -> None:
       130  interrupted by Ctrl-C
       143  terminated (SIGTERM)
     """
+    from connector.api.retry import default_max_wait
+
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    ctx.obj["max_wait"] = max_wait
+    _setup_logging(ctx, debug)
+    ctx.with_resource(default_max_wait(max_wait))
 
 
 # Subcommands register themselves below, one import per area.
@@ -180,44 +273,71 @@ def schema(table: str, base_url: str | None, as_json: bool) -> None:
 )
 @click.option("--concurrency", type=click.IntRange(min=1), default=_PUSH_CONCURRENCY, show_default=True,
               help="Write requests in flight at once (under the shared rate limiter).")
+@click.option(
+    "--date-format", metavar="FORMAT",
+    help="Read day/month dates such as 05/03/2024 with this strptime format (%d/%m/%Y or "
+    "%m/%d/%Y); needed only where a date column leaves the order open.",
+)
 @_base_url_option
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON summary (the shape `connector sync --log-format json` prints).")
+@click.pass_context
 def push_command(
-    file: Path, table: str, key: str, mode: str, sheet: str | None, dry_run: bool,
-    plan_out: Path | None, max_delete_ratio: float | None, allow_delete: int | None,
-    rejects: Path | None, concurrency: int, base_url: str | None,
+    ctx: click.Context, file: Path, table: str, key: str, mode: str, sheet: str | None,
+    dry_run: bool, plan_out: Path | None, max_delete_ratio: float | None,
+    allow_delete: int | None, rejects: Path | None, concurrency: int, date_format: str | None,
+    base_url: str | None, as_json: bool,
 ) -> None:
     """Make TABLE match FILE (CSV, .xlsx or Parquet) by --key: validate, plan, apply.
 
     Every problem in FILE is reported (spreadsheet row, column, value) before any write. The
-    API key is read from CONNECTOR_API_KEY.
+    API key is read from CONNECTOR_API_KEY. With --json, one summary is printed on stdout
+    whatever happens, failures before any write included.
 
     Exit codes: 0 done · 1 invalid FILE or a failed push (an invalid FILE writes nothing) ·
     2 bad usage, or a mirror stopped by its delete guard · 3 rows rejected by the server
     (written to --rejects).
     """
-    from connector.api import Client
-    from connector.push import push
-    from connector.push.plan import check_delete_guard
-    from connector.push.report import describe_plan, describe_result
+    import time
 
+    from connector.push.report import now
+
+    started_at, began = now(), time.monotonic()
     rejects = rejects or file.with_name(file.stem + ".rejects.csv")
-    with Client(base_url) as client:
-        result = push(
-            client, file, table=table, key=key, mode=mode, dry_run=dry_run, sheet=sheet,
-            max_delete_ratio=max_delete_ratio, allow_delete=allow_delete, plan_out=plan_out,
-            rejects=rejects, concurrency=concurrency,
-        )
-    if dry_run or plan_out is not None:
-        click.echo(describe_plan(result.plan))
-        check_delete_guard(result.plan, max_delete_ratio=max_delete_ratio, allow_delete=allow_delete)
-        if plan_out is not None:
-            click.echo(f"plan saved to {plan_out}; apply it with: connector apply {plan_out}")
-        return
-    _push_finish(result, rejects, describe_result(result))
+    planning = dry_run or plan_out is not None
+    result: Any = None
+    error: ConnectorError | None = None
+    try:
+        from connector.api import Client
+        from connector.push import push
+        from connector.push.plan import check_delete_guard
+        from connector.push.report import describe_plan
+
+        with Client(base_url) as client:
+            result = push(
+                client, file, table=table, key=key, mode=mode, dry_run=dry_run, sheet=sheet,
+                max_delete_ratio=max_delete_ratio, allow_delete=allow_delete, plan_out=plan_out,
+                rejects=rejects, concurrency=concurrency, progress=None if not as_json else False,
+                date_format=date_format,
+            )
+        if planning and not as_json:
+            click.echo(describe_plan(result.plan))
+        if planning:
+            check_delete_guard(
+                result.plan, max_delete_ratio=max_delete_ratio, allow_delete=allow_delete
+            )
+            if plan_out is not None and not as_json:
+                click.echo(f"plan saved to {plan_out}; apply it with: connector apply {plan_out}")
+    except ConnectorError as exc:
+        error = exc
+    _push_finish(
+        ctx, "push", as_json, started_at, time.monotonic() - began, file=file, table=table,
+        result=result, error=error, dry_run=planning, rejects=rejects, plan_out=plan_out,
+    )
 
 
 @main.command("apply")
-@click.argument("plan", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@click.argument("plan", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
     "--rejects", type=click.Path(dir_okay=False, path_type=Path),
     help="CSV for rows the server rejects [default PLAN.rejects.csv, only when there are any].",
@@ -225,24 +345,69 @@ def push_command(
 @click.option("--concurrency", type=click.IntRange(min=1), default=_PUSH_CONCURRENCY, show_default=True,
               help="Write requests in flight at once (under the shared rate limiter).")
 @_base_url_option
-def apply_command(plan: Path, rejects: Path | None, concurrency: int, base_url: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON summary (the shape `connector sync --log-format json` prints).")
+@click.pass_context
+def apply_command(
+    ctx: click.Context, plan: Path, rejects: Path | None, concurrency: int,
+    base_url: str | None, as_json: bool,
+) -> None:
     """Apply a plan saved by `push --plan-out`; refuses if the rows it touches changed since.
 
     Exit codes: 0 done · 1 the rows changed since the plan (nothing written) or the apply
     failed · 2 not a plan file, or bad usage · 3 rows rejected by the server (see --rejects).
     """
-    from connector.api import Client
-    from connector.push import apply
-    from connector.push.report import describe_result
+    import time
 
+    from connector.push.report import now
+
+    started_at, began = now(), time.monotonic()
     rejects = rejects or plan.with_name(plan.stem + ".rejects.csv")
-    with Client(base_url) as client:
-        result = apply(client, plan, rejects=rejects, concurrency=concurrency)
-    _push_finish(result, rejects, describe_result(result))
+    result: Any = None
+    error: ConnectorError | None = None
+    try:
+        from connector.api import Client
+        from connector.push import apply
+
+        with Client(base_url) as client:
+            result = apply(
+                client, plan, rejects=rejects, concurrency=concurrency,
+                progress=None if not as_json else False,
+            )
+    except ConnectorError as exc:
+        error = exc
+    _push_finish(
+        ctx, "apply", as_json, started_at, time.monotonic() - began, file=plan, table=None,
+        result=result, error=error, dry_run=False, rejects=rejects, plan_out=None,
+    )
 
 
-def _push_finish(result: Any, rejects: Path, summary: str) -> None:
-    click.echo(summary)
+def _push_finish(
+    ctx: click.Context, command: str, as_json: bool, started_at: str, seconds: float, *,
+    file: Path, table: str | None, result: Any, error: ConnectorError | None, dry_run: bool,
+    rejects: Path, plan_out: Path | None,
+) -> None:
+    """Print what a push or apply did (or the one summary, --json) and exit with its code."""
+    from connector.push.report import describe_result, headline, summary
+
+    done = summary(
+        command, started_at=started_at, seconds=seconds, file=file, table=table, result=result,
+        error=error, dry_run=dry_run, rejects_file=rejects, plan_file=plan_out,
+    )
+    if as_json:
+        import json
+
+        click.echo(json.dumps(done, indent=2))
+    if error is not None:
+        if ctx.obj and ctx.obj.get("debug"):
+            raise error
+        head, details = headline(error)
+        click.secho(f"error: {head}", fg="red", err=True)
+        for line in details:
+            click.echo(f"  {line}", err=True)
+        ctx.exit(done["exit_code"])
+    if not as_json and not dry_run:
+        click.echo(describe_result(result))
     if result.rejected:
         click.secho(f"{len(result.rejected)} row(s) rejected; written to {rejects}", fg="yellow", err=True)
-        sys.exit(ExitCode.PARTIAL)
+    ctx.exit(done["exit_code"])

@@ -4,7 +4,9 @@
     ├── ConfigError                 fix the configuration or the command line  (exit 2)
     │   ├── TableNotFound           no table by that id or name; close matches listed
     │   ├── ColumnNotFound          a column named (columns=, a filter) is not in the table
-    │   └── DeleteGuard             a mirror would delete too much: raise the limit to go on
+    │   ├── DeleteGuard             a mirror would delete too much: raise the limit to go on
+    │   └── BaseUrlError            the base URL cannot work: malformed, a host with no address,
+    │                               a failed TLS handshake (also an ApiError; never retried)
     ├── InputError                  fix the source data; nothing was written   (exit 1)
     │   ├── SourceError             the file cannot be read as a table (format, sheet, header)
     │   └── ValidationReport        every bad header and cell, with its spreadsheet row
@@ -12,6 +14,8 @@
     ├── ExtractionError             the table changed too fast to read; run again (exit 1)
     ├── JobLocked                   another run of the job holds its lock      (exit 75)
     ├── DestinationError            a file or database refused a load; old data kept (exit 1)
+    ├── EngineError                 a blocking Client call that cannot run (closed client, or
+    │                               called from its own loop); also a RuntimeError (exit 1)
     └── ApiError                    the API said no, or could not be reached   (exit 1)
         ├── AuthError               401: the key is missing or invalid
         ├── PermissionDenied        403: the key may not touch this table / write
@@ -49,6 +53,7 @@ __all__ = [
     "ApiValidationError",
     "AuthError",
     "BadRequest",
+    "BaseUrlError",
     "CellWarning",
     "ColumnNotFound",
     "ConfigError",
@@ -56,6 +61,7 @@ __all__ = [
     "ConnectorWarning",
     "DeleteGuard",
     "DestinationError",
+    "EngineError",
     "ExitCode",
     "ExtractionError",
     "InputError",
@@ -170,6 +176,11 @@ class DestinationError(ConnectorError):
     """A Parquet/CSV file or a SQL database refused a load; the previous data is intact."""
 
 
+class EngineError(ConnectorError, RuntimeError):
+    """A blocking call that cannot run: the engine is closed, or it was called from a
+    coroutine running on the client's own loop (which would wait for itself forever)."""
+
+
 class ApiError(ConnectorError):
     """The API answered with an error, or could not be reached."""
 
@@ -243,6 +254,16 @@ class TransportError(ApiError):
 
 class NotSent(TransportError):
     """The connection was never made, so the request certainly did not happen."""
+
+
+class BaseUrlError(ConfigError, ApiError):
+    """The base URL cannot work as given, and waiting will not change that: it is malformed
+    (no scheme, not http/https, no host), its host name has no address (DNS), or the TLS
+    handshake fails (https to a plain-HTTP port, a bad certificate). Fix the base URL.
+
+    A `ConfigError` (exit 2) that is also an `ApiError` (`method`, `url` when a request was
+    tried); never retried.
+    """
 
 
 # -- warnings -------------------------------------------------------------------------------

@@ -28,7 +28,11 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import logging
 import os
+import re
+import socket
+import ssl
 import time
 import urllib.request
 from collections import deque
@@ -41,24 +45,28 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import dataclass, field
+from functools import partial
 from operator import itemgetter
 from types import TracebackType
 from typing import Any, Generic, Literal, Self, TypeVar
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import httpx
 import orjson
+from tenacity import RetryCallState
 
 from connector.api.engine import Engine
+from connector.api.keys import ENV_API_KEY, check_key, looks_like_key, redact, remember_key
 from connector.api.limits import DEFAULT_PAGE_SIZE, MAX_BULK_ROWS
 from connector.api.models import Row, RowPage, TableSummary
 from connector.api.ratelimit import RateLimiter, limiter_for
-from connector.api.retry import RetryPolicy
+from connector.api.retry import RetryEvent, RetryObserver, RetryPolicy, resolve_policy
 from connector.errors import (
     ApiError,
     ApiValidationError,
     AuthError,
     BadRequest,
+    BaseUrlError,
     ConfigError,
     NotFound,
     NotSent,
@@ -75,10 +83,14 @@ T = TypeVar("T")
 
 #: ``{"Column": {"eq": value}}``; several columns are ANDed. Operators: ``eq``, ``gt``.
 Filter = Mapping[str, Mapping[str, Any]]
-FILTER_OPERATORS = frozenset({"eq", "gt"})
+#: The filter operators API.md names, in its order: the one definition (job files use it).
+FILTER_OPERATORS: tuple[str, ...] = ("eq", "gt")
 
 ENV_BASE_URL = "CONNECTOR_BASE_URL"
-ENV_API_KEY = "CONNECTOR_API_KEY"
+#: How a base URL must look, said in every error about one.
+BASE_URL_SHAPE = "base URL must look like https://host/v1"
+#: Retry waits are announced here when a client has no `on_retry` observer.
+retry_log = logging.getLogger("connector.api.retry")
 #: The longest Retry-After we honour; a server asking for more gets this.
 MAX_RETRY_AFTER = 60.0
 
@@ -236,6 +248,11 @@ def _body(response: httpx.Response) -> Any:
 
 def _encode_filter(filter: Filter) -> str:
     """Checks a filter's shape at the boundary and renders it for the query string."""
+    if not isinstance(filter, Mapping):
+        raise ConfigError(
+            "a filter must be a mapping of column to one condition, like "
+            f"{{'Status': {{'eq': 'Open'}}}}, not {type(filter).__name__}"
+        )
     for column, condition in filter.items():
         if not isinstance(condition, Mapping) or len(condition) != 1:
             raise ConfigError(
@@ -244,12 +261,67 @@ def _encode_filter(filter: Filter) -> str:
         (op,) = condition
         if op not in FILTER_OPERATORS:
             raise ConfigError(
-                f"filter on {column!r}: operator {op!r} is not one of {sorted(FILTER_OPERATORS)}"
+                f"filter on {column!r}: operator {op!r} is not one of {list(FILTER_OPERATORS)}"
             )
     return json.dumps(filter, separators=(",", ":"), default=str)
 
 
 # --- answers into errors ------------------------------------------------------------------
+
+#: getaddrinfo's answers meaning the name has no address (not "try again later").
+_NO_SUCH_HOST = frozenset(
+    getattr(socket, name)
+    for name in ("EAI_NONAME", "EAI_NODATA", "EAI_FAIL", "EAI_SERVICE", "EAI_ADDRFAMILY")
+    if hasattr(socket, name)
+)
+
+E = TypeVar("E", bound=BaseException)
+
+
+def _cause(exc: BaseException, kind: type[E]) -> E | None:
+    """The first exception of `kind` in `exc`'s chain (httpx wraps httpcore wraps the OS's)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _transport_reason(exc: BaseException) -> str:
+    """A few words for what happened to the connection: ``connection refused``..."""
+    if _cause(exc, ConnectionRefusedError) is not None:
+        return "connection refused"
+    if _cause(exc, ConnectionResetError) is not None:
+        return "connection reset"
+    lookup = _cause(exc, socket.gaierror)
+    if lookup is not None:
+        return f"name lookup failed ({lookup.strerror})"
+    if isinstance(exc, httpx.ConnectTimeout):
+        return "timed out connecting"
+    if isinstance(exc, httpx.PoolTimeout):
+        return "timed out waiting for a free connection"
+    if isinstance(exc, httpx.TimeoutException):
+        return "timed out"
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return "the server closed the connection"
+    if isinstance(exc, httpx.ConnectError):
+        return "could not connect"
+    return "connection lost"
+
+
+def _reason(exc: BaseException | None) -> str:
+    """Why a request is tried again, as a retry line says it."""
+    if isinstance(exc, RateLimited):
+        return f"rate limited ({exc.status or 429})"
+    if isinstance(exc, ServerError):
+        return f"server error {exc.status}" if exc.status else "server error"
+    if isinstance(exc, TransportError):
+        return _transport_reason(exc.__cause__) if exc.__cause__ is not None else "connection lost"
+    return type(exc).__name__ if exc is not None else "unknown"
+
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -266,6 +338,37 @@ def _retry_after(response: httpx.Response) -> float | None:
     return min(max(seconds, 0.0), MAX_RETRY_AFTER)
 
 
+def _check_base_url(base_url: str, source: str) -> str:
+    """`base_url` without a trailing slash, if a request can be sent to it; else a
+    `BaseUrlError` saying what is wrong and where to fix it (`source`), showing the value
+    only where it cannot be a secret."""
+    secret = looks_like_key(base_url) and re.fullmatch(r"[\w.~+/=-]+", base_url) is not None
+    shown = "" if secret else f" ({base_url!r})"
+    problem = None
+    if base_url != base_url.strip() or not base_url.isprintable():
+        problem = "it holds whitespace or a control character"
+        shown = ""
+    elif "://" not in base_url:
+        problem = "it has no scheme (http:// or https://)"
+    else:
+        parts = urlsplit(base_url)
+        if parts.scheme.lower() not in ("http", "https"):
+            problem = f"the scheme {parts.scheme!r} is not http or https"
+        elif "@" in parts.netloc:
+            problem, shown = f"it carries credentials (the key comes from {ENV_API_KEY})", ""
+        else:
+            try:
+                host = httpx.URL(base_url).host
+            except (httpx.InvalidURL, ValueError) as exc:
+                problem = f"it cannot be parsed ({exc})"
+            else:
+                if not host:
+                    problem = "it has no host"
+    if problem is not None:
+        raise BaseUrlError(f"{BASE_URL_SHAPE}: {problem}{shown}; fix {source}")
+    return base_url.rstrip("/")
+
+
 class _Settings:
     """Where, who (kept secret), and how to turn answers into values."""
 
@@ -276,17 +379,26 @@ class _Settings:
         timeout: float,
         retry: RetryPolicy | None,
         limiter: RateLimiter | None,
+        *,
+        max_wait: float | None = None,
+        on_retry: RetryObserver | None = None,
+        key_source: str | None = None,
+        url_source: str | None = None,
     ) -> None:
+        self._key_source = key_source or ENV_API_KEY
+        self._url_source = url_source or f"{ENV_BASE_URL} (or --base-url)"
         base_url = base_url or os.environ.get(ENV_BASE_URL)
-        api_key = api_key or os.environ.get(ENV_API_KEY)
+        api_key = api_key if api_key is not None else os.environ.get(ENV_API_KEY)
         if not base_url:
             raise ConfigError(f"no API base URL: pass base_url or set {ENV_BASE_URL} (it ends in /v1)")
         if not api_key:
-            raise ConfigError(f"no API key: pass api_key or set {ENV_API_KEY}")
-        self.base_url = base_url.rstrip("/")
-        self._api_key = api_key
+            raise ConfigError(f"no API key: pass api_key or set {self._key_source}")
+        self._api_key = check_key(api_key, self._key_source)
+        remember_key(api_key)
+        self.base_url = _check_base_url(base_url, self._url_source)
         self.timeout = timeout
-        self.retry = retry if retry is not None else RetryPolicy()
+        self.retry = resolve_policy(retry, max_wait)
+        self.on_retry = on_retry
         self.limiter = limiter if limiter is not None else limiter_for(self.base_url, api_key)
 
     def __repr__(self) -> str:
@@ -296,7 +408,23 @@ class _Settings:
         return {"Authorization": f"Bearer {self._api_key}", "Accept": "application/json"}
 
     def _redact(self, text: str) -> str:
-        return text.replace(self._api_key, "***") if self._api_key else text
+        return redact(text.replace(self._api_key, "***") if self._api_key else text)
+
+    def _announce(self, call: _Call[Any], state: RetryCallState) -> None:
+        """Tells the observer (or the ``connector.api.retry`` log) of the wait to come."""
+        exc = state.outcome.exception() if state.outcome else None
+        event = RetryEvent(
+            seconds=state.upcoming_sleep,
+            attempt=state.attempt_number + 1,
+            of=self.retry.attempts,
+            reason=_reason(exc),
+            method=call.method,
+            url=f"{self.base_url}{call.path}",
+        )
+        if self.on_retry is not None:
+            self.on_retry(event)
+        else:
+            retry_log.warning("%s", event, extra={"retry_event": event})
 
     def _request(self, http: httpx.Client | httpx.AsyncClient, call: _Call[Any]) -> httpx.Request:
         """The request, built directly: `build_request` parses and merges the URL twice, half
@@ -315,14 +443,41 @@ class _Settings:
             extensions={"timeout": http.timeout.as_dict()},
         )
 
-    def _transport_error(self, exc: httpx.HTTPError, call: _Call[Any]) -> TransportError:
+    def _transport_error(self, exc: httpx.HTTPError, call: _Call[Any]) -> ApiError:
+        """Our error for a failed exchange: a `BaseUrlError` (not retried) for what cannot
+        heal, a DNS name with no address or a failed TLS handshake; else a (retriable)
+        `NotSent` when no connection was made, or a `TransportError`."""
+        method, url = call.method, f"{self.base_url}{call.path}"
+        if isinstance(exc, httpx.ConnectError):
+            lookup = _cause(exc, socket.gaierror)
+            if lookup is not None and lookup.errno in _NO_SUCH_HOST:
+                host = urlsplit(self.base_url).hostname
+                return BaseUrlError(
+                    self._redact(
+                        f"the host {host!r} of the base URL has no address (DNS: "
+                        f"{lookup.strerror}); fix {self._url_source}"
+                    ),
+                    method=method,
+                    url=url,
+                )
+            tls = _cause(exc, ssl.SSLError)
+            if tls is not None and not isinstance(tls, ssl.SSLEOFError | ssl.SSLZeroReturnError):
+                said = getattr(tls, "verify_message", None) or getattr(tls, "reason", None) or tls
+                return BaseUrlError(
+                    self._redact(
+                        f"TLS with {self.base_url} failed ({said}): is it http:// rather than "
+                        f"https://, the right port, a trusted certificate? Fix {self._url_source}"
+                    ),
+                    method=method,
+                    url=url,
+                )
         never_sent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
         kind = NotSent if never_sent else TransportError
         what = "could not connect to" if never_sent else "lost the connection to"
         return kind(
-            self._redact(f"{what} {self.base_url} ({type(exc).__name__}: {exc})"),
-            method=call.method,
-            url=f"{self.base_url}{call.path}",
+            self._redact(f"{what} {self.base_url}: {_transport_reason(exc)} ({type(exc).__name__})"),
+            method=method,
+            url=url,
         )
 
     def _finish(self, call: _Call[T], response: httpx.Response, replay: bool) -> T:
@@ -331,11 +486,29 @@ class _Settings:
             self.limiter.on_throttled()
         else:
             self.limiter.on_accepted()
-        if response.is_success:
-            return call.read(response)
-        if response.status_code == 404 and call.gone_is_done and replay:
-            return call.read(response)
+        if response.is_success or (response.status_code == 404 and call.gone_is_done and replay):
+            try:
+                return call.read(response)
+            except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+                raise self._shape_error(call, response, exc) from exc
         raise self._error(call, response)
+
+    def _shape_error(
+        self, call: _Call[Any], response: httpx.Response, exc: Exception
+    ) -> ServerError:
+        """A body we cannot read as the answer API.md describes: a `ServerError` that fails
+        at once (the same request would get the same answer)."""
+        error = ServerError(
+            self._redact(
+                f"the server sent an answer of an unexpected shape (status "
+                f"{response.status_code}; {type(exc).__name__}: {exc})"
+            ),
+            status=response.status_code,
+            method=call.method,
+            url=f"{self.base_url}{call.path}",
+        )
+        error.retriable = False
+        return error
 
     def _error(self, call: _Call[Any], response: httpx.Response) -> ApiError:
         status = response.status_code
@@ -348,7 +521,8 @@ class _Settings:
         said = f": {message}" if message else ""
         kind: type[ApiError]
         if status == 401:
-            kind, text = AuthError, f"the API key was refused{said}; set {ENV_API_KEY} to a valid key"
+            kind = AuthError
+            text = f"the API key was refused{said}; set {self._key_source} to a valid key"
         elif status == 403:
             kind = PermissionDenied
             text = (
@@ -385,10 +559,19 @@ class Client:
     """A blocking client for one workspace. Use it as a context manager, or `close()` it.
 
     `base_url` (ending in ``/v1``) and `api_key` default to ``CONNECTOR_BASE_URL`` and
-    ``CONNECTOR_API_KEY``. `transport` is the test seam (an httpx transport, sync or async),
-    used by every read and write; `limiter` defaults to the one shared by every client of
-    this key in the process. Each method is one call of the async core (`aio`), run on this
-    client's event loop.
+    ``CONNECTOR_API_KEY``. Both are checked here, before any request: a key with whitespace,
+    control or non-ASCII characters, or a base URL that is not ``http(s)://host...``, is a
+    `ConfigError` naming `key_source` / `url_source` (where the value came from: default
+    ``CONNECTOR_API_KEY`` / ``CONNECTOR_BASE_URL``), never the key.
+
+    `retry` is the policy (`RetryPolicy`); `max_wait` caps its total seconds (without
+    either: ``CONNECTOR_MAX_WAIT``, else the default). `on_retry` hears of each wait before
+    it starts (a `connector.api.retry.RetryEvent`; default: a warning on the
+    ``connector.api.retry`` logger, which the CLI prints as one line on stderr).
+
+    `transport` is the test seam (an httpx transport, sync or async), used by every read and
+    write; `limiter` defaults to the one shared by every client of this key in the process.
+    Each method is one call of the async core (`aio`), run on this client's event loop.
     """
 
     def __init__(
@@ -398,11 +581,17 @@ class Client:
         *,
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
+        max_wait: float | None = None,
+        on_retry: RetryObserver | None = None,
+        key_source: str | None = None,
+        url_source: str | None = None,
         transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
         limiter: RateLimiter | None = None,
     ) -> None:
         self._aio = AsyncClient(
-            base_url, api_key, timeout=timeout, retry=retry, transport=transport, limiter=limiter
+            base_url, api_key, timeout=timeout, retry=retry, max_wait=max_wait,
+            on_retry=on_retry, key_source=key_source, url_source=url_source,
+            transport=transport, limiter=limiter,
         )
         self._engine = Engine()
 
@@ -566,10 +755,17 @@ class AsyncClient(_Settings):
         *,
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
+        max_wait: float | None = None,
+        on_retry: RetryObserver | None = None,
+        key_source: str | None = None,
+        url_source: str | None = None,
         transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
         limiter: RateLimiter | None = None,
     ) -> None:
-        super().__init__(base_url, api_key, timeout, retry, limiter)
+        super().__init__(
+            base_url, api_key, timeout, retry, limiter, max_wait=max_wait, on_retry=on_retry,
+            key_source=key_source, url_source=url_source,
+        )
         #: Where requests go straight to; None: through `httpx.AsyncClient.send`, which
         #: picks the proxy the environment names (HTTP_PROXY, NO_PROXY...) as httpx does.
         self._transport: httpx.AsyncBaseTransport | None
@@ -607,7 +803,8 @@ class AsyncClient(_Settings):
                 raise
             failed = exc
         retry = self.retry.after(time.monotonic() - started)
-        async for attempt in retry.async_retrying(call.replayable):
+        announce = partial(self._announce, call)
+        async for attempt in retry.async_retrying(call.replayable, announce):
             with attempt:
                 if attempt.retry_state.attempt_number == 1:
                     raise failed

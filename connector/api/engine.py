@@ -22,14 +22,11 @@ import threading
 from collections.abc import AsyncIterable, AsyncIterator, Coroutine, Iterator
 from typing import Any, TypeVar, cast
 
+from connector.errors import EngineError
+
 __all__ = ["Engine", "EngineError"]
 
 T = TypeVar("T")
-
-
-class EngineError(RuntimeError):
-    """A blocking call that cannot run: the engine is closed, or it was called from a
-    coroutine running on the client's own loop (which would wait for itself forever)."""
 
 
 class Engine:
