@@ -82,8 +82,10 @@ def _max_wait(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     try:
         return check_max_wait(value, "--max-wait")
     except ConfigError:
+        from_env = ctx.get_parameter_source("max_wait") is click.core.ParameterSource.ENVIRONMENT
+        hint = "'--max-wait' (from the environment variable CONNECTOR_MAX_WAIT)" if from_env else None
         raise click.BadParameter(
-            f"must be a number of seconds >= 0, like 30, not {value!r}", ctx, param
+            f"must be a number of seconds >= 0, like 30, not {value!r}", ctx, param, hint
         ) from None
 
 

@@ -1,15 +1,24 @@
-"""Plans and results as text a person reads before (and after) anything is written."""
+"""Plans and results as text a person reads, and as the JSON summary a scheduler reads.
+
+`summary` is the one summary `connector push --json` and `connector apply --json` print,
+whatever happened (a bad file, a refused key, rows rejected, a failure part-way): the field
+names and null conventions of `connector sync --log-format json`'s (`jobs.runner.RunSummary`),
+with the push as the one entry of ``pushes``. `headline` is the one line an error prints first.
+"""
 
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from connector.api import MAX_BULK_ROWS
-from connector.push.apply import PushResult
+from connector.errors import ConnectorError, ExitCode, ValidationReport
+from connector.push.apply import PushResult, written_before
 from connector.push.plan import Plan
 
-__all__ = ["describe_plan", "describe_result"]
+__all__ = ["describe_plan", "describe_result", "headline", "now", "summary"]
 
 #: Rows of each kind shown in a plan's sample.
 SAMPLE = 5
@@ -75,3 +84,105 @@ def _value(value: Any) -> str:
     if isinstance(value, bool):
         return "TRUE" if value else "FALSE"
     return repr(value) if isinstance(value, str) else str(value)
+
+
+def now() -> str:
+    """A summary's timestamp: the API's shape (UTC, microseconds, ``Z``), as sync's."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def headline(exc: ConnectorError) -> tuple[str, list[str]]:
+    """An error as one line naming what to fix, and the lines that follow it.
+
+    A `ValidationReport` leads with its first problem (row, column, value) and lists them
+    all when there are more; an error that stopped the writes says what was written first.
+    """
+    if isinstance(exc, ValidationReport) and exc.problems:
+        count = len(exc.problems)
+        rows = len({p.row for p in exc.problems if p.row is not None})
+        more = f" (1 of {count} problems in {rows} row(s), all below)" if count > 1 else ""
+        head = f"{exc.source}: {exc.problems[0]}{more}; nothing was written"
+        details = [str(p) for p in exc.problems] if count > 1 else []
+    else:
+        head, *details = str(exc).splitlines() or [type(exc).__name__]
+        details = [d.strip() for d in details]
+    written = written_before(exc)
+    if written is not None:
+        details.append(
+            f"written before the failure: created {written.created}, updated "
+            f"{written.updated}, deleted {written.deleted} (of {len(written.plan.creates)}, "
+            f"{len(written.plan.updates)}, {len(written.plan.deletes)} planned); run the push "
+            "again to finish"
+        )
+    return head, details
+
+
+def summary(
+    command: str,
+    *,
+    started_at: str,
+    seconds: float,
+    file: str | Path | None,
+    table: str | None,
+    result: PushResult | None = None,
+    error: ConnectorError | None = None,
+    dry_run: bool = False,
+    rejects_file: str | Path | None = None,
+    plan_file: str | Path | None = None,
+) -> dict[str, Any]:
+    """The JSON summary of one `command` (``push`` or ``apply``); `result` may be None
+    (nothing was planned) and is what was written before `error` when both are given."""
+    if error is not None:
+        status, code = "failed", int(error.exit_code)
+    elif result is not None and result.rejected:
+        status, code = "partial", int(ExitCode.PARTIAL)
+    else:
+        status, code = "ok", int(ExitCode.OK)
+    if error is not None and result is None:
+        result = written_before(error)
+    planned = dry_run and error is None
+    plan = result.plan if result is not None else None
+    counts = (plan.counts if planned else result.applied) if plan and result else None
+    rejected = len(result.rejected) if result is not None else 0
+    head, problems = headline(error) if error is not None else (None, [])
+    entry: dict[str, Any] = {
+        "file": str(file) if file is not None else None,
+        "table": plan.table.name if plan else table,
+        "status": "planned" if planned else "failed" if error or rejected else "ok",
+        "created": counts.created if counts else 0,
+        "updated": counts.updated if counts else 0,
+        "deleted": counts.deleted if counts else 0,
+        "unchanged": counts.unchanged if counts else 0,
+        "error": head if head else f"the server rejected {rejected} rows" if rejected else None,
+        "plan": describe_plan(plan) if planned and plan else None,
+        "rejected": rejected,
+        # beyond sync's push entry:
+        "table_id": plan.table.id if plan else None,
+        "key": str(plan.key) if plan else None,
+        "mode": plan.mode if plan else None,
+        "requests": result.requests if result is not None else 0,
+        "rejects_file": str(rejects_file) if rejects_file is not None and rejected else None,
+        "plan_file": str(plan_file) if plan_file is not None and planned else None,
+        "problems": problems,
+    }
+    return {
+        "job": command,
+        "status": status,
+        "exit_code": code,
+        "dry_run": dry_run,
+        "started_at": started_at,
+        "finished_at": now(),
+        "state_file": None,
+        "destinations": [],
+        "tables": [],
+        "pushes": [entry],
+        "error": head,
+        "seconds": round(seconds, 3),
+        "verified": False,
+        "totals": {
+            "tables": 0, "ok": 0, "unchanged": 0, "planned": 0, "skipped": 0, "failed": 0,
+            "rows_read": 0, "rows_written": 0, "rows_deleted": 0,
+            "pushes": 1,
+            **{k: entry[k] for k in ("created", "updated", "deleted", "unchanged", "rejected")},
+        },
+    }
