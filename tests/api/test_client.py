@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
+import httpx
 import pytest
 
 from connector.api import MAX_BULK_ROWS, AsyncClient, Client, RetryPolicy
@@ -198,3 +200,109 @@ def test_bulk_calls_refuse_more_than_the_maximum_before_sending() -> None:
         with pytest.raises(ConfigError, match=f"1 to {MAX_BULK_ROWS} ids"):
             client.delete_rows("tbl_1", [])
     assert sent == []
+
+
+# -- what cannot heal fails at once; what the server sends is checked ----------------------
+
+
+@pytest.mark.parametrize(("url", "said"), [
+    ("api.example.com/v1", "it has no scheme (http:// or https://) ('api.example.com/v1')"),
+    ("localhost:8000/v1", "it has no scheme"),
+    ("ftp://api.example.com/v1", "the scheme 'ftp' is not http or https"),
+    ("https:///v1", "it has no host"),
+    ("http://", "it has no host"),
+    ("https://user:pw@api.example.com/v1", "it carries credentials"),
+    ("https://api.example.com/v1\r", "whitespace or a control character"),
+    ("http://host:port/v1", "it cannot be parsed"),
+])
+def test_a_base_url_that_cannot_work_is_refused_before_any_request(url: str, said: str) -> None:
+    from connector.errors import BaseUrlError
+
+    started = time.monotonic()
+    with pytest.raises(BaseUrlError) as caught:
+        Client(url, "k")
+    assert time.monotonic() - started < 0.5
+    message = str(caught.value)
+    assert message.startswith("base URL must look like https://host/v1: ") and said in message
+    assert "CONNECTOR_BASE_URL" in message and "\n" not in message
+    assert "pw" not in message
+    assert caught.value.exit_code == 2
+
+
+def test_a_key_given_as_the_base_url_is_not_shown() -> None:
+    from connector.errors import BaseUrlError
+
+    key = "key_d0DRORiMdqc518peixOYuA20noDaRu_-C_jTFDw5_TI"
+    with pytest.raises(BaseUrlError) as caught:
+        Client(key, key)
+    assert key not in str(caught.value) and "no scheme" in str(caught.value)
+
+
+def test_a_host_with_no_address_fails_at_once() -> None:
+    from connector.errors import BaseUrlError
+
+    events: list[Any] = []
+    started = time.monotonic()
+    with Client("http://no-such-host.invalid/v1", "k", on_retry=events.append) as client, \
+            pytest.raises(BaseUrlError, match=r"the host 'no-such-host.invalid' of the base URL has no address"):
+        client.list_tables()
+    assert time.monotonic() - started < 2 and events == []
+
+
+def test_tls_to_a_plain_http_port_fails_at_once(server: RunningServer) -> None:
+    from connector.errors import BaseUrlError
+
+    events: list[Any] = []
+    url = server.base_url.replace("http://", "https://")
+    started = time.monotonic()
+    with Client(url, server.api_key, on_retry=events.append) as client, \
+            pytest.raises(BaseUrlError, match=r"TLS with https://127.0.0.1:\d+/v1 failed .*http://") as caught:
+        client.list_tables()
+    assert time.monotonic() - started < 2 and events == []
+    assert server.api_key not in str(caught.value)
+    assert caught.value.exit_code == 2 and not caught.value.retriable
+
+
+def _answering(body: Any, status: int = 200) -> Client:
+    return Client("http://api.test/v1", "k", transport=httpx.MockTransport(
+        lambda r: httpx.Response(status, json=body)), retry=RetryPolicy(attempts=3, initial_backoff=0.01))
+
+
+@pytest.mark.parametrize(("call", "body"), [
+    (lambda c: c.list_tables(), {"tables": [{"name": "no id"}]}),
+    (lambda c: c.list_tables(), {"nothing": []}),
+    (lambda c: c.list_tables(), [1, 2]),
+    (lambda c: c.get_table("tbl_1"), [{"id": "tbl_1"}]),
+    (lambda c: c.get_table("tbl_1"), {"id": "tbl_1", "name": "T", "columns": [{"type": "text"}]}),
+    (lambda c: c.list_rows("tbl_1"), [{"id": "row_1"}]),
+    (lambda c: c.create_row("tbl_1", {}), {"fields": {}}),
+    (lambda c: c.create_rows("tbl_1", [{}]), {"rows": [{"fields": {}}]}),
+    (lambda c: c.create_rows("tbl_1", [{}]), {"created": 1}),
+    (lambda c: c.update_row("tbl_1", "row_1", {}), ["row_1"]),
+])
+def test_an_answer_of_an_unexpected_shape_is_a_server_error_at_once(call: Any, body: Any) -> None:
+    from connector.errors import ServerError
+
+    sent: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(201 if request.method == "POST" else 200, json=body)
+
+    with Client("http://api.test/v1", "k", transport=httpx.MockTransport(handler)) as client, \
+            pytest.raises(ServerError, match="the server sent an answer of an unexpected shape") as caught:
+        call(client)
+    assert not caught.value.retriable and len(sent) == 1
+    assert isinstance(caught.value.__cause__, KeyError | TypeError | ValueError | AttributeError)
+
+
+@pytest.mark.parametrize("filter", [["Status", "eq", "x"], "Status=x", 3])
+def test_a_filter_that_is_not_a_mapping_is_a_configuration_error(filter: Any) -> None:
+    with _answering({"rows": []}) as client, pytest.raises(ConfigError, match="a filter must be a mapping"):
+        client.list_rows("tbl_1", filter=filter)
+
+
+def test_the_filter_operators_are_one_ordered_tuple() -> None:
+    from connector.api.client import FILTER_OPERATORS
+
+    assert FILTER_OPERATORS == ("eq", "gt")

@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import httpx
 import pytest
 
 from connector.api import Client, RateLimiter, RetryPolicy
-from connector.errors import ApiError, NotFound, NotSent, RateLimited, ServerError, TransportError
-from tests.fixtures.server import ServerFactory
+from connector.api.retry import RetryEvent, default_max_wait, resolve_policy
+from connector.errors import (
+    ApiError,
+    ConfigError,
+    NotFound,
+    NotSent,
+    RateLimited,
+    ServerError,
+    TransportError,
+)
+from tests.fixtures.server import ServerFactory, free_port
 
 ROW = {"id": "row_1", "fields": {}, "created_at": "2024-01-01T00:00:00Z",
        "updated_at": "2024-01-01T00:00:00Z"}
@@ -188,3 +199,148 @@ def test_retry_after_is_honoured_against_the_real_server(server_factory: ServerF
     for (_, answered, status), (sent, _, _) in itertools.pairwise(answers):
         if status == 429:
             assert sent - answered >= 0.99  # the loop's clock may wake a hair early
+
+
+# -- retrying visibly: each wait is announced; the budget is a setting -----------------------
+
+
+def observed(handler: Callable[[httpx.Request], httpx.Response], **kwargs: object) -> tuple[Client, list[RetryEvent]]:
+    events: list[RetryEvent] = []
+    client = Client("http://api.test/v1", "k-test", transport=httpx.MockTransport(handler),
+                    limiter=RateLimiter(), on_retry=events.append, **kwargs)  # type: ignore[arg-type]
+    return client, events
+
+
+@pytest.mark.parametrize(("failure", "reason"), [
+    (httpx.Response(503), "server error 503"),
+    (httpx.Response(429), "rate limited (429)"),
+    (httpx.ReadTimeout("slow"), "timed out"),
+    (httpx.ConnectTimeout("slow"), "timed out connecting"),
+    (httpx.RemoteProtocolError("cut"), "the server closed the connection"),
+])
+def test_each_wait_is_announced_before_it_starts(failure: httpx.Response | Exception, reason: str) -> None:
+    handler, seen = scripted(failure, failure, httpx.Response(200, json=TABLES))
+    client, events = observed(handler, retry=FAST)
+    with client:
+        assert client.list_tables() == []
+    assert len(seen) == 3
+    assert [(e.attempt, e.of, e.reason, e.method, e.url) for e in events] == [
+        (2, FAST.attempts, reason, "GET", "http://api.test/v1/tables"),
+        (3, FAST.attempts, reason, "GET", "http://api.test/v1/tables"),
+    ]
+    assert all(0 < e.seconds <= FAST.max_backoff for e in events)
+
+
+def test_a_retry_event_reads_as_one_line_and_as_json() -> None:
+    event = RetryEvent(seconds=4.0, attempt=3, of=10, reason="connection refused", method="GET",
+                       url="http://h/v1/tables")
+    assert str(event) == "retrying in 4.0 s (attempt 3 of 10): connection refused"
+    assert event.as_dict() == {"seconds": 4.0, "attempt": 3, "of": 10, "reason": "connection refused",
+                               "method": "GET", "url": "http://h/v1/tables",
+                               "message": "retrying in 4.0 s (attempt 3 of 10): connection refused"}
+
+
+def test_without_an_observer_waits_are_logged(caplog: pytest.LogCaptureFixture) -> None:
+    handler, _ = scripted(httpx.Response(500), httpx.Response(200, json=TABLES))
+    caplog.set_level(logging.INFO, logger="connector.api.retry")
+    with client_for(handler) as client:
+        client.list_tables()
+    [record] = [r for r in caplog.records if r.name == "connector.api.retry"]
+    assert record.levelno == logging.WARNING
+    assert record.getMessage().startswith("retrying in ") and record.getMessage().endswith(
+        "(attempt 2 of 5): server error 500")
+
+
+def test_an_answer_that_cannot_heal_is_not_announced() -> None:
+    handler, seen = scripted(httpx.Response(404))
+    client, events = observed(handler, retry=FAST)
+    with client, pytest.raises(NotFound):
+        client.list_tables()
+    assert events == [] and len(seen) == 1
+
+
+def test_max_wait_is_the_total_budget() -> None:
+    handler, seen = scripted(httpx.Response(503))
+    client, events = observed(handler, max_wait=0.6)
+    started = time.monotonic()
+    with client, pytest.raises(ServerError):
+        client.list_tables()
+    took = time.monotonic() - started
+    assert client.retry.total_seconds == 0.6
+    assert took < 1.2
+    assert sum(e.seconds for e in events) <= 0.6
+    assert len(seen) == len(events) + 1 >= 2
+
+
+def test_max_wait_zero_means_no_retry() -> None:
+    handler, seen = scripted(httpx.Response(503), httpx.Response(200, json=TABLES))
+    client, events = observed(handler, max_wait=0)
+    with client, pytest.raises(ServerError):
+        client.list_tables()
+    assert len(seen) == 1 and events == []
+
+
+def test_where_the_budget_comes_from(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CONNECTOR_MAX_WAIT", raising=False)
+    assert resolve_policy(None, None) == RetryPolicy()
+    assert resolve_policy(FAST, None) == FAST
+    assert resolve_policy(FAST, 2.5) == replace(FAST, total_seconds=2.5)
+    monkeypatch.setenv("CONNECTOR_MAX_WAIT", "7")
+    assert resolve_policy(None, None).total_seconds == 7
+    assert resolve_policy(FAST, None) == FAST  # an explicit policy is not overridden by the environment
+    with default_max_wait(3):  # the CLI's --max-wait, for one command
+        assert resolve_policy(None, None).total_seconds == 3
+        assert resolve_policy(None, 1).total_seconds == 1
+    assert resolve_policy(None, None).total_seconds == 7
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "nan", "inf", ""])
+def test_a_bad_budget_in_the_environment_names_the_variable(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("CONNECTOR_MAX_WAIT", value)
+    if not value:
+        assert resolve_policy(None, None) == RetryPolicy()  # empty: unset
+        return
+    with pytest.raises(ConfigError, match="CONNECTOR_MAX_WAIT must be a number of seconds >= 0"):
+        Client("http://api.test/v1", "k")
+
+
+@pytest.mark.parametrize("value", [-1, float("nan"), float("inf"), True])
+def test_a_bad_max_wait_is_a_configuration_error(value: float) -> None:
+    with pytest.raises(ConfigError, match="max_wait must be a number of seconds"):
+        Client("http://api.test/v1", "k", max_wait=value)
+
+
+# -- against the reference server over HTTP ---------------------------------------------------
+
+
+def test_5xx_faults_are_retried_and_announced(server_factory: ServerFactory) -> None:
+    server = server_factory(fail_rate=0.5, seed=3)
+    events: list[RetryEvent] = []
+    with Client(server.base_url, server.api_key, on_retry=events.append, limiter=RateLimiter(),
+                retry=RetryPolicy(attempts=30, initial_backoff=0.01, max_backoff=0.02)) as client:
+        for _ in range(6):
+            assert client.list_tables() == []
+    assert events and {e.reason for e in events} == {"server error 500"}
+    assert all(e.url == f"{server.base_url}/tables" for e in events)
+
+
+def test_429_faults_are_retried_and_announced(server_factory: ServerFactory) -> None:
+    server = server_factory(throttle_rate=0.5, seed=1)
+    events: list[RetryEvent] = []
+    with Client(server.base_url, server.api_key, on_retry=events.append, limiter=RateLimiter(),
+                retry=RetryPolicy(initial_backoff=0.001, max_backoff=0.01)) as client:
+        assert client.list_tables() == []
+    assert events and {e.reason for e in events} == {"rate limited (429)"}
+    assert all(e.seconds >= 0.99 for e in events)  # the server's Retry-After: 1
+
+
+def test_a_refused_connection_is_retried_within_the_budget_and_announced() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    events: list[RetryEvent] = []
+    started = time.monotonic()
+    with Client(url, "k-test", on_retry=events.append, max_wait=0.5) as client, \
+            pytest.raises(NotSent, match=f"could not connect to {url}: connection refused"):
+        client.list_tables()
+    assert time.monotonic() - started < 2
+    assert events and {e.reason for e in events} == {"connection refused"}
+    assert [e.attempt for e in events] == list(range(2, len(events) + 2))
