@@ -3,6 +3,8 @@
 Durability: WAL journal, and every write commits before the server answers, so whatever
 was acknowledged survives `kill -9` of the process (synchronous=NORMAL: a committed WAL
 frame is in the OS before we reply; only a power cut could lose the last transactions).
+A server that stops (SIGTERM, Ctrl-C) folds the WAL into the file (`checkpoint`), so the
+`.db` alone is then a complete copy.
 
 Lost updates: every write runs in one `BEGIN IMMEDIATE` transaction (read, merge, write),
 so concurrent writers — other requests, or `connector server create-table` in another

@@ -166,3 +166,12 @@ def test_a_bad_demo_key_file_is_refused_before_serving(tmp_path: Path, content: 
     assert result.exit_code == 2, result.output
     assert "--demo-key" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "x.db").exists()
+
+
+def test_serve_help_documents_the_bounds_and_their_defaults() -> None:
+    shown = " ".join(CliRunner().invoke(main, ["serve", "--help"], terminal_width=200).output.split())
+    for flag, default in (("--max-body-bytes", 8388608), ("--max-cell-bytes", 1048576),
+                          ("--max-response-bytes", 8388608)):
+        assert flag in shown and f"default: {default}" in shown
+    assert "at least two" in shown and "step by it" in shown
+    assert "CONNECTOR_DEMO_KEY" in shown and "--demo-key-file" in shown
