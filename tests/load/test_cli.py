@@ -325,3 +325,32 @@ def test_killed_load_keeps_the_previous_table_and_a_rerun_works(
     finally:
         engine.dispose()
 
+
+
+@pytest.mark.parametrize("page", [50, 1000])
+def test_an_export_while_rows_are_deleted_and_inserted_misses_no_row_and_repeats_none(
+    server_factory: ServerFactory, tmp_path: Path, page: int
+) -> None:
+    """The export reads through the one page reader: every row present throughout is there,
+    once; no row deleted before the export began."""
+    import sqlite3
+
+    server = server_factory(fault_control=True, seed=11)
+    table_id = server.create_table(SPEC)
+    server.insert_rows(table_id, [{"Name": f"n{i}", "Amount": i} for i in range(3000)])
+
+    def ids() -> set[str]:
+        with sqlite3.connect(server.db_path) as db:
+            return {r[0] for r in db.execute("SELECT id FROM rows WHERE table_id = ?", (table_id,))}
+
+    before = ids()
+    server.set_faults(delete_on_read=2, insert_on_read=1, max_page_size=page)
+    result = run(server, "export", "--out", str(tmp_path), "--page-size", str(min(page, 100)))
+    server.set_faults(delete_on_read=0, insert_on_read=0)
+    after = ids()
+
+    assert result.exit_code == 0, result.output
+    assert before - after and after - before  # the faults landed
+    exported = pq.read_table(tmp_path / "orders.parquet").column("_id").to_pylist()
+    assert len(exported) == len(set(exported))
+    assert not (before & after) - set(exported)
