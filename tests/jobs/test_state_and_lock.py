@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from connector.errors import ConfigError
-from connector.jobs.lock import EXIT_LOCKED, JobLocked, job_lock
+from connector.errors import ConfigError, ExitCode
+from connector.jobs.lock import JobLocked, job_lock
 from connector.jobs.state import JobState, RunRecord, TableState, load_state, save_state
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,7 +95,7 @@ def test_a_second_holder_is_refused_with_a_clear_message_and_exit_code(tmp_path:
 
     assert "job 'nightly' is already running" in str(caught.value)
     assert f"as process {os.getpid()}" in str(caught.value)
-    assert caught.value.exit_code == EXIT_LOCKED == 75
+    assert caught.value.exit_code == ExitCode.LOCKED == 75
 
 
 def test_a_waiter_gets_the_lock_when_the_holder_lets_go(tmp_path: Path) -> None:
