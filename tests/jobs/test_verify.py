@@ -86,3 +86,22 @@ def test_verify_every_n_runs_is_counted_in_the_state(workspace: Workspace, tmp_p
     assert load_state(tmp_path / "job.state.json").runs_since_verify == 0
     assert sql_rows(f"sqlite:///{tmp_path / 'wh.db'}") == server_rows(workspace)
     assert workspace.run(job).tables[0].read == "incremental"  # run 3: an ordinary one
+
+
+def test_a_clean_postgresql_destination_verifies_with_nothing_to_repair(
+    workspace: Workspace, postgres_db: str
+) -> None:
+    """Cells read back from PostgreSQL (zone-aware timestamps, dates, floats, booleans) hash
+    like the server's: a verify of an exact copy rewrites nothing."""
+    job = workspace.job(
+        '[tables]\ninclude = ["People"]\n[sync]\nincremental = true\n'
+        f'[[destination]]\nurl = "{postgres_db}"\n'
+    )
+    workspace.run(job)
+
+    summary = workspace.run(job, verify=True)
+
+    (people,) = summary.tables
+    assert people.verified is not None
+    assert (people.read, people.verified.missing, people.verified.different) == ("verify", 0, 0)
+    assert people.verified.extra == 0 and people.rows_written == 0
