@@ -272,6 +272,12 @@ class _Run:
         for attempt in range(MAX_RECOVERIES + 1):
             try:
                 await self.send(partial(self.client.delete_rows, self.table_id, ids))
+            except BadRequest as exc:
+                if exc.status != TOO_LARGE or len(ids) == 1:
+                    raise
+                middle = len(ids) // 2
+                await _all([self.delete(ids[:middle]), self.delete(ids[middle:])])
+                return
             except NotFound:
                 # All or nothing: some id is gone already (an unanswered earlier try, or
                 # someone else). Delete the ones still there.

@@ -6,7 +6,9 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -218,3 +220,94 @@ def test_apply_exits_3_when_the_server_rejects_rows(server: RunningServer, tmp_p
     assert "created 1" in result.output and "1 row(s) rejected" in result.output
     assert "zzz" in (tmp_path / "plan.rejects.csv").read_text()
     assert rows(server, table_id) == {"s0": 0, "n1": 1}
+
+
+def summary_of(result: Result) -> dict[str, Any]:
+    """The --json summary: the whole of stdout, one JSON document."""
+    found: dict[str, Any] = json.loads(result.stdout)
+    return found
+
+
+def test_json_summaries_have_syncs_fields_for_done_planned_partial_and_failed(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    from connector.jobs.runner import PushResult as SyncPush
+    from connector.jobs.runner import RunSummary
+
+    sync_top = set(RunSummary("j", "ok", 0, False, "", "", None, []).to_dict())
+    sync_push = set(asdict(SyncPush("f", "t", "ok")))
+    stock(server, "summaries", 2)
+    source = tmp_path / "stock.csv"
+    source.write_text("Sku,Qty,Kind\ns0,5,a\nn1,1,a\nn2,2,zzz\n", encoding="utf-8")
+    plan = tmp_path / "plan.json"
+
+    failed = run(server, "push", str(source), "--table", "summaries", "--key", "Sku", "--json")
+    source.write_text("Sku,Qty,Kind\ns0,5,a\nn1,1,a\nn2,2,b\n", encoding="utf-8")
+    planned = run(server, "push", str(source), "--table", "summaries", "--key", "Sku", "--json",
+                  "--dry-run")
+    saved = run(server, "push", str(source), "--table", "summaries", "--key", "Sku", "--json",
+                "--plan-out", str(plan))
+    data = json.loads(plan.read_text())
+    data["creates"][1]["fields"]["Kind"] = "zzz"  # refused by the server
+    plan.write_text(json.dumps(data))
+    partial = run(server, "apply", str(plan), "--json")
+    done = run(server, "push", str(source), "--table", "summaries", "--key", "Sku", "--json")
+
+    for result, code in [(planned, 0), (failed, 1), (saved, 0), (partial, 3), (done, 0)]:
+        assert result.exit_code == code, result.output
+        out = summary_of(result)
+        assert sync_top <= set(out) and out["exit_code"] == code
+        (entry,) = out["pushes"]
+        assert sync_push <= set(entry)
+        assert out["finished_at"] >= out["started_at"] and out["seconds"] >= 0
+    assert summary_of(planned)["status"] == "ok"
+    assert summary_of(planned)["pushes"][0] | {"plan": None} == summary_of(planned)["pushes"][0] | {
+        "status": "planned", "created": 2, "updated": 1, "deleted": 0, "unchanged": 0,
+        "error": None, "plan": None, "rejected": 0, "table": "summaries", "key": "Sku",
+        "mode": "upsert", "requests": 0, "rejects_file": None, "plan_file": None, "problems": [],
+    }
+    assert "create 2, update 1" in summary_of(planned)["pushes"][0]["plan"]
+    bad = summary_of(failed)
+    assert bad["status"] == "failed" and bad["error"].startswith(f"{source}: row 4, column 'Kind'")
+    assert bad["pushes"][0]["table"] == "summaries" and bad["pushes"][0]["created"] == 0
+    assert summary_of(saved)["pushes"][0]["plan_file"] == str(plan)
+    half = summary_of(partial)
+    assert (half["status"], half["error"]) == ("partial", None)
+    assert half["pushes"][0] | {"rejects_file": None} == half["pushes"][0] | {
+        "status": "failed", "created": 1, "error": "the server rejected 1 rows", "rejected": 1,
+        "rejects_file": None,
+    }
+    assert half["pushes"][0]["rejects_file"] == str(tmp_path / "plan.rejects.csv")
+    assert summary_of(done)["pushes"][0]["created"] == 1  # n2 was the one rejected
+    assert summary_of(done)["totals"]["created"] == 1
+
+
+def test_json_summary_when_nothing_could_start(tmp_path: Path) -> None:
+    source = tmp_path / "stock.csv"
+    source.write_text("Sku\na\n", encoding="utf-8")
+    no_key = CliRunner().invoke(
+        main, ["push", str(source), "--table", "t", "--key", "Sku", "--json",
+               "--base-url", "http://127.0.0.1:9/v1"],
+        env={"CONNECTOR_API_KEY": ""},
+    )
+    assert no_key.exit_code == 2
+    out = summary_of(no_key)
+    assert (out["status"], out["exit_code"]) == ("failed", 2)
+    assert "CONNECTOR_API_KEY" in out["error"] and out["pushes"][0]["table"] == "t"
+
+
+def test_a_date_format_reads_day_first_dates(server: RunningServer, tmp_path: Path) -> None:
+    table_id = server.create_table({"name": "dated", "columns": [
+        {"name": "Sku", "type": "text"}, {"name": "On", "type": "date"}]})
+    source = tmp_path / "dated.csv"
+    source.write_text("Sku,On\na,05/03/2024\nb,5 March 2024\nc,2024/03/06\n", encoding="utf-8")
+    refused = run(server, "push", str(source), "--table", "dated", "--key", "Sku")
+    assert refused.exit_code == 1 and "row 2, column 'On', value '05/03/2024'" in refused.output
+    done = run(server, "push", str(source), "--table", "dated", "--key", "Sku",
+               "--date-format", "%d/%m/%Y")
+    assert done.exit_code == 0, done.output
+    with server.client() as http:
+        found = http.get(f"/tables/{table_id}/rows").json()["rows"]
+    assert sorted((r["fields"]["Sku"], r["fields"]["On"]) for r in found) == [
+        ("a", "2024-03-05"), ("b", "2024-03-05"), ("c", "2024-03-06")
+    ]

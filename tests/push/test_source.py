@@ -123,3 +123,54 @@ def test_a_source_that_is_neither_a_frame_nor_a_path_is_a_source_error(tmp_path:
         read_source(42)
     with pytest.raises(SourceError, match="no such file"):
         read_source(tmp_path / "missing.csv")
+
+
+def _with_cached_values(path: Path, values: dict[str, str]) -> None:
+    """Store results for formula cells, as a spreadsheet app does on save (openpyxl does not)."""
+    import re
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        parts = {name: archive.read(name) for name in archive.namelist()}
+    sheet = parts["xl/worksheets/sheet1.xml"].decode()
+    for cell, value in values.items():
+        sheet = re.sub(rf'(<c r="{cell}"[^>]*><f>[^<]*</f>)<v ?/>', rf"\g<1><v>{value}</v>", sheet)
+    parts["xl/worksheets/sheet1.xml"] = sheet.encode()
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in parts.items():
+            archive.writestr(name, data)
+
+
+def test_formulas_are_read_as_their_saved_values_and_never_as_empty(tmp_path: Path) -> None:
+    book = openpyxl.Workbook()
+    sheet = book.active
+    assert sheet is not None
+    sheet.append(["Name", "Age", "Total"])
+    sheet.append(["Ann", 41, "=B2*2"])
+    sheet.append(["Bo", 3, "=B3*2"])
+    sheet.append(["Cy", "=B3+1", "=B4*2"])
+    path = tmp_path / "f.xlsx"
+    book.save(path)
+    with pytest.raises(SourceError) as caught:
+        read_source(path)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "4 formula cell(s) saved without a value (C2, C3, B4, C4) in column(s) 'Age', 'Total'" in message
+    assert "save it" in message
+
+    _with_cached_values(path, {"C2": "82", "C3": "6", "B4": "4", "C4": "8"})
+    source = read_source(path)
+    assert source.frame.to_numpy().tolist() == [["Ann", 41, 82], ["Bo", 3, 6], ["Cy", 4, 8]]
+
+
+def test_a_workbook_without_formulas_is_read_once(tmp_path: Path) -> None:
+    from connector.push.source import _has_formulas
+
+    book = openpyxl.Workbook()
+    sheet = book.active
+    assert sheet is not None
+    sheet.append(["Name", "Note"])
+    sheet.append(["Ann", "<f> is text here, escaped in the XML"])
+    book.save(tmp_path / "plain.xlsx")
+    assert not _has_formulas(tmp_path / "plain.xlsx")
+    assert read_source(tmp_path / "plain.xlsx").frame.iloc[0, 1].startswith("<f>")
