@@ -6,6 +6,11 @@
 2. Apply: 5,000 creates + 1,000 updates + 1,000 deletes on a real `connector serve`.
    Goal: exactly the minimum number of requests (50 + 1,000 + 10), and at least 0.9x the
    speed of a bare httpx loop sending the same requests at the same concurrency, same run.
+3. Large rows: 400 creates of ~40 kB each (16 MB) into a server taking bodies up to 8 MiB
+   (the default) and one taking 256 KiB. Goal: every row in, none rejected; with the default,
+   no request refused (bulk creates sized by bytes: the plan's request count is what is
+   sent); with 256 KiB, every row still goes in (requests split after each 413, and later
+   ones are cut to the size learnt before they are sent).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import pandas as pd
 import pyarrow as pa
 
 from connector.api import MAX_BULK_ROWS, Client
+from connector.push import push
 from connector.push.apply import DEFAULT_CONCURRENCY, apply_plan
 from connector.push.live import Live, read_live
 from connector.push.plan import Plan, make_plan
@@ -60,6 +66,7 @@ ROUNDS = 6
 def main() -> None:
     bench_plan()
     bench_apply()
+    bench_large_rows()
 
 
 # --- 1. plan --------------------------------------------------------------------------
@@ -183,6 +190,35 @@ def bench_apply() -> None:
               f"{median:.2f}x")
 
 
+LARGE_ROWS = 400
+LARGE_CELL = 40_000
+
+
+def bench_large_rows() -> None:
+    frame = pd.DataFrame({
+        "Name": [f"n{i:04d}" for i in range(LARGE_ROWS)],
+        "Zip": [f"{i:05d}" + "z" * LARGE_CELL for i in range(LARGE_ROWS)],
+    })
+    print(f"large rows: {LARGE_ROWS} creates of ~{LARGE_CELL // 1000} kB "
+          f"({LARGE_ROWS * LARGE_CELL / 1e6:.0f} MB)")
+    for cap in (None, 256 * 1024):
+        flags = ["--max-body-bytes", str(cap)] if cap else []
+        with _server(*flags) as (base_url, key, db):
+            with contextlib.closing(Storage(str(db))) as storage:
+                storage.create_table(SPEC)
+            counting = _Counting()
+            with Client(base_url, key, transport=counting) as client:
+                started = time.perf_counter()
+                result = push(client, frame, table="Bench", key="Name", progress=False)
+                seconds = time.perf_counter() - started
+            ok = result.created == LARGE_ROWS and not result.rejected
+            print(f"  body cap {'8 MiB (default)' if cap is None else f'{cap // 1024} KiB'}: "
+                  f"{result.created} created, {len(result.rejected)} rejected, "
+                  f"{result.requests} requests (plan: {result.plan.requests}; "
+                  f"{result.requests - result.plan.requests} more after 413s), {seconds:.2f} s "
+                  f"-> {'OK' if ok else 'MISSED'}")
+
+
 def _setup_plan(base_url: str, key: str, db: Path, name: str) -> Plan:
     """A fresh 6,000-row table and a mirror plan of 5,000 creates, 1,000 updates, 1,000 deletes."""
     with contextlib.closing(Storage(str(db))) as storage:
@@ -249,8 +285,8 @@ async def _bare_loop(base_url: str, key: str, plan: Plan, counting: _Counting) -
 
 
 @contextlib.contextmanager
-def _server() -> Iterator[tuple[str, str, Path]]:
-    """A `connector serve` subprocess on a free port over a fresh database."""
+def _server(*flags: str) -> Iterator[tuple[str, str, Path]]:
+    """A `connector serve` subprocess (with `flags`) on a free port over a fresh database."""
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "bench.db"
         with contextlib.closing(Storage(str(db))) as storage:
@@ -260,7 +296,7 @@ def _server() -> Iterator[tuple[str, str, Path]]:
             port = sock.getsockname()[1]
         proc = subprocess.Popen(
             [sys.executable, "-m", "connector", "serve", "--host", "127.0.0.1",
-             "--port", str(port), "--db", str(db)],
+             "--port", str(port), "--db", str(db), *flags],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ},
         )
         base_url = f"http://127.0.0.1:{port}/v1"

@@ -200,11 +200,26 @@ class _Run:
                 if self.bar is not None:
                     self.bar.update(1)
 
+    async def post(self, batch: list[Create]) -> bool:
+        """One bulk create, when a slot is free; False (nothing sent) if by then a 413 has
+        taught a size the batch exceeds."""
+        async with self.slots:
+            if self.max_bytes < MAX_REQUEST_BYTES and len(create_batches(batch, self.max_bytes)) > 1:
+                return False
+            self.requests += 1
+            try:
+                await self.client.create_rows(self.table_id, [c.fields for c in batch])
+            finally:
+                if self.bar is not None:
+                    self.bar.update(1)
+        return True
+
     async def create(self, batch: list[Create]) -> None:
         for attempt in range(MAX_RECOVERIES + 1):
             try:
-                rows = [c.fields for c in batch]
-                await self.send(partial(self.client.create_rows, self.table_id, rows))
+                if not await self.post(batch):
+                    await _all(self.create(p) for p in create_batches(batch, self.max_bytes))
+                    return
             except ApiValidationError as exc:
                 await self._bisect(batch, exc)
                 return
@@ -238,7 +253,7 @@ class _Run:
             self._reject(batch[0].row, None, batch[0].fields, _too_large(sizes[0], exc))
             return
         self.max_bytes = min(self.max_bytes, max(sum(sizes) // 2, 1))
-        await _all(self.create(part) for part in create_batches(batch, self.max_bytes))
+        await self.create(batch)  # cut to the size learnt (by this or another request)
 
     async def _still_missing(self, batch: list[Create]) -> list[Create]:
         """Re-read the table; count the batch's rows that made it, return the others."""
