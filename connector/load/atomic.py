@@ -43,7 +43,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         yield temp
         with open(temp, "rb+") as written:
             os.fsync(written.fileno())
-        os.chmod(temp, 0o644)
+        os.chmod(temp, 0o666 & ~_umask())  # as open() would have made it: mkstemp makes 0600
         os.replace(temp, target)
         _fsync_dir(target.parent)
     except OSError as exc:
@@ -52,6 +52,21 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (``os.umask`` can
+    only be read by setting it, which races with other threads creating files)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _fsync_dir(directory: Path) -> None:
