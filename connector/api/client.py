@@ -56,7 +56,13 @@ import orjson
 from tenacity import RetryCallState
 
 from connector.api.engine import Engine
-from connector.api.keys import ENV_API_KEY, check_key, looks_like_key, redact, remember_key
+from connector.api.keys import (
+    ENV_API_KEY,
+    check_key,
+    looks_like_key,
+    redact,
+    remember_key,
+)
 from connector.api.limits import DEFAULT_PAGE_SIZE, MAX_BULK_ROWS
 from connector.api.models import Row, RowPage, TableSummary
 from connector.api.ratelimit import RateLimiter, limiter_for
@@ -408,7 +414,7 @@ class _Settings:
         return {"Authorization": f"Bearer {self._api_key}", "Accept": "application/json"}
 
     def _redact(self, text: str) -> str:
-        return redact(text.replace(self._api_key, "***") if self._api_key else text)
+        return redact(text)  # every key of the process, this one included (`remember_key`)
 
     def _announce(self, call: _Call[Any], state: RetryCallState) -> None:
         """Tells the observer (or the ``connector.api.retry`` log) of the wait to come."""

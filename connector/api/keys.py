@@ -20,6 +20,7 @@ from connector.errors import ConfigError
 
 __all__ = [
     "ENV_API_KEY",
+    "MIN_REDACTED_LENGTH",
     "REDACTED",
     "RedactingFilter",
     "check_key",
@@ -34,6 +35,9 @@ __all__ = [
 ENV_API_KEY = "CONNECTOR_API_KEY"
 #: What a key is replaced with in text we show.
 REDACTED = "***"
+#: Shorter keys are not redacted: a test's key "k" would take every k out of every message,
+#: and a real key is far longer.
+MIN_REDACTED_LENGTH = 8
 #: The loggers that see requests; each gets a `RedactingFilter` when a client learns a key
 #: (a logger's filters apply only to its own records, so children are listed).
 WATCHED_LOGGERS = (
@@ -115,6 +119,8 @@ def remember_key(key: str) -> None:
     """Remember `key` so that `redact` and `RedactingFilter` take it out of text; puts the
     filter on the loggers that see requests (once)."""
     global _pattern
+    if len(key) < MIN_REDACTED_LENGTH:
+        return
     with _keys_lock:
         if key in _keys:
             return

@@ -119,3 +119,10 @@ def test_httpcore_debug_lines_never_hold_the_key(caplog: pytest.LogCaptureFixtur
     logging.getLogger("httpcore.http11").debug("send_request_headers.started headers=%r",
                                                [(b"Authorization", f"Bearer {secret}".encode())])
     assert "Bearer ***" in caplog.text and secret not in caplog.text
+
+
+def test_a_short_test_key_does_not_mangle_every_message() -> None:
+    with Client("http://api.test/v1", "k", transport=httpx.MockTransport(
+            lambda r: httpx.Response(200, json={"tables": []}))):
+        pass
+    assert redact("keep the k's") == "keep the k's"
