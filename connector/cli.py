@@ -332,6 +332,9 @@ def push_command(
                 click.echo(f"plan saved to {plan_out}; apply it with: connector apply {plan_out}")
     except ConnectorError as exc:
         error = exc
+    except KeyboardInterrupt:
+        _push_interrupted(as_json, "push", started_at, began, file=file, table=table)
+        raise
     _push_finish(
         ctx, "push", as_json, started_at, time.monotonic() - began, file=file, table=table,
         result=result, error=error, dry_run=planning, rejects=rejects, plan_out=plan_out,
@@ -378,10 +381,28 @@ def apply_command(
             )
     except ConnectorError as exc:
         error = exc
+    except KeyboardInterrupt:
+        _push_interrupted(as_json, "apply", started_at, began, file=plan, table=None)
+        raise
     _push_finish(
         ctx, "apply", as_json, started_at, time.monotonic() - began, file=plan, table=None,
         result=result, error=error, dry_run=False, rejects=rejects, plan_out=None,
     )
+
+
+def _push_interrupted(
+    as_json: bool, command: str, started_at: str, began: float, *, file: Path, table: str | None
+) -> None:
+    """The one --json summary of a push or apply stopped by Ctrl-C (then exit 130)."""
+    if as_json:
+        import json
+        import time
+
+        from connector.push.report import summary
+
+        done = summary(command, started_at=started_at, seconds=time.monotonic() - began,
+                       file=file, table=table, interrupted=True)
+        click.echo(json.dumps(done, indent=2))
 
 
 def _push_finish(

@@ -129,10 +129,14 @@ def summary(
     dry_run: bool = False,
     rejects_file: str | Path | None = None,
     plan_file: str | Path | None = None,
+    interrupted: bool = False,
 ) -> dict[str, Any]:
     """The JSON summary of one `command` (``push`` or ``apply``); `result` may be None
-    (nothing was planned) and is what was written before `error` when both are given."""
-    if error is not None:
+    (nothing was planned) and is what was written before `error` when both are given.
+    `interrupted`: stopped by Ctrl-C (status ``interrupted``, exit code 130)."""
+    if interrupted:
+        status, code = "interrupted", int(ExitCode.INTERRUPTED)
+    elif error is not None:
         status, code = "failed", int(error.exit_code)
     elif result is not None and result.rejected:
         status, code = "partial", int(ExitCode.PARTIAL)
@@ -145,10 +149,13 @@ def summary(
     counts = (plan.counts if planned else result.applied) if plan and result else None
     rejected = len(result.rejected) if result is not None else 0
     head, problems = headline(error) if error is not None else (None, [])
+    if interrupted:
+        head = "interrupted: rows in flight may have been written; run the push again to finish"
     entry: dict[str, Any] = {
         "file": str(file) if file is not None else None,
         "table": plan.table.name if plan else table,
-        "status": "planned" if planned else "failed" if error or rejected else "ok",
+        "status": "planned" if planned and not interrupted
+        else "failed" if error or rejected or interrupted else "ok",
         "created": counts.created if counts else 0,
         "updated": counts.updated if counts else 0,
         "deleted": counts.deleted if counts else 0,

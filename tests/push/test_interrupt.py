@@ -66,3 +66,29 @@ def test_kill_9_half_way_then_rerun_converges(server_factory: ServerFactory, tmp
     assert sorted((r["fields"]["Name"], r["fields"]["Age"]) for r in rows) == [
         (f"n{i:05d}", i) for i in range(ROWS)
     ]
+
+
+def test_ctrl_c_still_prints_the_one_json_summary(server_factory: ServerFactory, tmp_path: Path) -> None:
+    import json
+    import signal
+
+    server = server_factory(latency_ms=150)
+    table_id = server.create_table(PEOPLE)
+    path = tmp_path / "people.csv"
+    pd.DataFrame({"Name": [f"n{i:05d}" for i in range(ROWS)]}).to_csv(path, index=False)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "connector", "push", str(path), "--table", "People", "--key", "Name",
+         "--concurrency", "1", "--json", "--base-url", server.base_url],
+        cwd=ROOT, env={**os.environ, "CONNECTOR_API_KEY": server.api_key},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 60
+    while server.row_count(table_id) < 200 and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    summary = json.loads(out)
+    assert (summary["status"], summary["exit_code"]) == ("interrupted", 130)
+    assert summary["pushes"][0]["status"] == "failed" and "run the push again" in summary["error"]
