@@ -7,9 +7,12 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
+from connector.push import push
 from connector.push.apply import Rejected, write_rejects
+from tests.push.conftest import PEOPLE, InProcess
 
 
 @pytest.fixture(params=[0o077, 0o002])
@@ -22,12 +25,14 @@ def umask(request: pytest.FixtureRequest) -> Iterator[int]:
         os.umask(previous)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="connector/load/atomic.py (not push's) sets 0o644 whatever the umask: mkstemp makes "
-    "0600 and a chmod to 0o666 & ~umask is needed",
-)
-def test_the_rejects_csv_honours_the_umask(tmp_path: Path, umask: int) -> None:
+def test_the_rejects_csv_and_a_saved_plan_honour_the_umask(
+    tmp_path: Path, umask: int, inproc: InProcess
+) -> None:
     path = tmp_path / "x.rejects.csv"
     write_rejects(path, [Rejected(2, None, "A", "bad", {"A": "=1"})], ["A"])
     assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
+    inproc.create_table(PEOPLE)
+    plan = tmp_path / "plan.json"
+    push(inproc.client(), pd.DataFrame({"Name": ["a"]}), table="People", key="Name",
+         plan_out=plan)
+    assert stat.S_IMODE(plan.stat().st_mode) == 0o666 & ~umask
