@@ -163,7 +163,8 @@ def summary(
         "error": head if head else f"the server rejected {rejected} rows" if rejected else None,
         "plan": describe_plan(plan) if planned and plan else None,
         "rejected": rejected,
-        # beyond sync's push entry:
+        # beyond sync's push entry (`source`: the spreadsheet a plan was made from):
+        "source": plan.source if plan else None,
         "table_id": plan.table.id if plan else None,
         "key": str(plan.key) if plan else None,
         "mode": plan.mode if plan else None,
