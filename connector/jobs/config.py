@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from connector.api import MAX_PAGE_SIZE
+from connector.api.client import FILTER_OPERATORS
 from connector.errors import ConfigError
+from connector.modes import PUSH_MODES, WRITE_MODES, PushMode, WriteMode
 
 __all__ = [
     "DEFAULT_BASE_URL_ENV",
@@ -41,14 +43,9 @@ __all__ = [
 DEFAULT_KEY_ENV = "CONNECTOR_API_KEY"
 DEFAULT_BASE_URL_ENV = "CONNECTOR_BASE_URL"
 
-WriteMode = Literal["replace", "append", "merge"]
 DeletePolicy = Literal["delete", "mark", "keep"]
-PushMode = Literal["insert", "update", "upsert", "mirror"]
 
-WRITE_MODES: tuple[WriteMode, ...] = ("replace", "append", "merge")
 DELETE_POLICIES: tuple[DeletePolicy, ...] = ("delete", "mark", "keep")
-PUSH_MODES: tuple[PushMode, ...] = ("insert", "update", "upsert", "mirror")
-FILTER_OPERATORS = ("eq", "gt")
 PUSH_SUFFIXES = (".csv", ".xlsx", ".xlsm", ".parquet")
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -29,10 +29,11 @@ import pyarrow.parquet as pq
 
 from connector.errors import DestinationError
 from connector.extract import string_array
-from connector.jobs.config import Destination, WriteMode
+from connector.jobs.config import Destination
 from connector.jobs.ids import IdSet, arrow_ints, arrow_mask, hash_ids
 from connector.load.csv import write_csv
 from connector.load.parquet import ROW_GROUP_ROWS, conform, write_parquet
+from connector.modes import WriteMode
 from connector.schema import Table
 
 if TYPE_CHECKING:

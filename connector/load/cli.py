@@ -16,10 +16,10 @@ from typing import Any
 import click
 
 from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
+from connector.modes import WRITE_MODES
 
 __all__ = ["export", "load"]
 
-_MODES = ("replace", "append", "merge")
 _EXIT_CODES = """
     \b
     Exit codes: 0 every table copied · 1 a table failed, or none could be read
@@ -71,7 +71,7 @@ export.help = (export.help or "") + _EXIT_CODES
 @click.command()
 @click.option("--to", "url", required=True, metavar="URL",
               help="SQLAlchemy database URL, e.g. sqlite:///warehouse.db or postgresql://u@h/db.")
-@click.option("--mode", type=click.Choice(_MODES), default="replace", show_default=True,
+@click.option("--mode", type=click.Choice(WRITE_MODES), default="replace", show_default=True,
               help="replace: swap in a fresh table; append: add only rows whose _id the table "
                    "does not hold yet, leaving held rows unchanged; merge: upsert by row id.")
 @_shared

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import Collection, Iterable, Iterator
-from typing import Any, Literal, get_args
+from typing import Any
 
 import psycopg
 import pyarrow as pa
@@ -30,12 +30,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from connector.errors import ConfigError, DestinationError
 from connector.load.csv import as_text
+from connector.modes import WRITE_MODES, WriteMode
 from connector.schema import Column, Table, arrow_schema
 
-__all__ = ["MODES", "Mode", "connect", "delete_ids", "id_chunks", "load_table"]
-
-Mode = Literal["replace", "append", "merge"]
-MODES: tuple[str, ...] = get_args(Mode)
+__all__ = ["connect", "delete_ids", "id_chunks", "load_table"]
 
 #: Ids per DELETE statement (well under every database's bound-parameter limit).
 DELETE_CHUNK = 500
@@ -46,7 +44,7 @@ def load_table(
     table: Table,
     engine_or_url: sa.Engine | str,
     *,
-    mode: Mode = "replace",
+    mode: WriteMode = "replace",
     name: str | None = None,
     deleted_ids: Collection[str] | pa.Array = (),
 ) -> int:
@@ -55,8 +53,8 @@ def load_table(
     Returns the rows loaded. `deleted_ids` (merge mode) are removed in the same transaction,
     so an incremental sync applies its changes and deletions at once or not at all.
     """
-    if mode not in MODES:
-        raise ConfigError(f"unknown load mode {mode!r}; use one of {', '.join(MODES)}")
+    if mode not in WRITE_MODES:
+        raise ConfigError(f"unknown load mode {mode!r}; use one of {', '.join(WRITE_MODES)}")
     if len(deleted_ids) and mode != "merge":
         raise ConfigError("deleted_ids only make sense with mode='merge'")
     name = name or table.name
