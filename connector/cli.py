@@ -5,7 +5,8 @@ Exit codes are `connector.errors.ExitCode`, the same from every command:
     0  done
     1  failed: a table, a push or a destination failed, the source file is invalid, or
        the server could not be reached (after the retry policy gave up)
-    2  bad usage or configuration, including a table no table answers to ("did you mean")
+    2  bad usage or configuration, including a table no table answers to ("did you mean"),
+       a key or base URL that cannot work (bad characters, a host with no address, TLS)
     3  partial: some tables were skipped or failed, or the server rejected some rows
     75 another run of the same job holds its lock
     130 / 143  interrupted by Ctrl-C / SIGTERM
@@ -150,8 +151,10 @@ def main(ctx: click.Context, debug: bool, max_wait: float | None) -> None:
     \b
     Exit codes, the same from every command:
       0    done
-      1    failed (a table, push or destination; an invalid file; server unreachable)
-      2    bad usage or configuration (an unknown table: "did you mean ...?")
+      1    failed (a table, push or destination; an invalid file; server unreachable
+           after --max-wait)
+      2    bad usage or configuration (an unknown table: "did you mean ...?"; a key or
+           base URL that cannot work: bad characters, no such host, TLS failure)
       3    partial (tables skipped or failed, or rows rejected by the server)
       75   another run of the same job holds its lock
       130  interrupted by Ctrl-C

@@ -155,7 +155,10 @@ class RedactingFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if _pattern is None:
             return True
-        message = record.getMessage()
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed call: the handler reports it (handleError) as usual
+            return True
         clean = redact(message)
         if clean != message:
             record.msg, record.args = clean, None
