@@ -16,13 +16,18 @@ without filters on system fields: every page edge is then disturbed, however fas
 from __future__ import annotations
 
 import contextlib
+import os
 import random
+import subprocess
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pyarrow.parquet as pq
 import pytest
 
 from connector.api import Client, RateLimiter
@@ -338,3 +343,96 @@ def test_shadowed_system_names_under_read_faults(server_factory: ServerFactory, 
     assert before - after and after - before and extraction.resumes > 0
     assert len(read) == len(set(read))
     assert (before & after) - set(read) == set()
+
+
+# -- pages the server cuts short by size (--max-response-bytes): each reports its own limit --
+
+#: Room for 1000 small rows a page; a run of big rows is cut to 3-5 rows a page.
+CUT_BYTES = 200_000
+BIG = 40_000
+
+
+def sized_table(server: RunningServer, rows: int, seed: int, big: int = BIG) -> tuple[str, list[str]]:
+    """Mostly small rows, with runs of 3-40 big ones here and there: pages cut to a few rows
+    between full pages. Seeded past the server's cell bound."""
+    rng = random.Random(seed)
+    sizes = [rng.randrange(5, 40) for _ in range(rows)]
+    for start in rng.sample(range(rows - 40), rows // 200):
+        run = rng.randrange(3, 40)
+        sizes[start : start + run] = [big + rng.randrange(big // 4) for _ in range(run)]
+    table_id = server.create_table({"name": "Sized", "columns": [
+        {"name": "Name", "type": "text", "required": True},
+        {"name": "Status", "type": "choice", "options": ["Active", "Inactive"]}]})
+    made = server.insert_rows(table_id, [{"Name": f"{i:05}" + "x" * size, "Status": ("Active", "Inactive")[i % 2]}
+                                         for i, size in enumerate(sizes)])
+    big_at = next(i for i, size in enumerate(sizes) if size >= big)
+    with server.client() as http:
+        page = http.get(f"/tables/{table_id}/rows", params={"limit": 1000, "offset": big_at}).json()
+    assert 2 <= page["limit"] <= 5, "a run of big rows is served a few rows a page"
+    return table_id, [r["id"] for r in made]
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+@pytest.mark.parametrize("page_size", [100, 1000])
+def test_pages_cut_by_size_are_read_whole_and_in_order(
+    server_factory: ServerFactory, page_size: int, concurrency: int
+) -> None:
+    server = server_factory(max_response_bytes=CUT_BYTES)
+    table_id, ids = sized_table(server, 2000, seed=page_size + concurrency)
+    with Client(server.base_url, server.api_key) as client:
+        extraction = read_batches(client, client.get_table(table_id), page_size=page_size,
+                                  concurrency=concurrency)
+        read = [i for b in extraction for i in b.column("_id").to_pylist()]
+    assert read == ids
+    assert extraction.resumes == 0
+
+
+@pytest.mark.parametrize("refuse", [False, True], ids=["key-filters", "no-key-filters"])
+@pytest.mark.parametrize("page_size", [100, 1000])
+def test_pages_cut_by_size_under_read_faults(server_factory: ServerFactory, page_size: int, refuse: bool) -> None:
+    """The server deletes two rows the reader has passed and adds one before each page, and
+    cuts pages by size: once each, none missing of the rows that existed throughout."""
+    server = server_factory(max_response_bytes=CUT_BYTES, refuse_system_filters=refuse, fault_control=True)
+    table_id, _ = sized_table(server, 2000, seed=page_size + refuse)
+    before = stored_ids(server, table_id)
+    server.set_faults(delete_on_read=2, insert_on_read=1, seed=page_size)
+    with Client(server.base_url, server.api_key) as client:
+        extraction = read_batches(client, client.get_table(table_id), page_size=page_size, concurrency=4)
+        read = [i for b in extraction for i in b.column("_id").to_pylist()]
+    server.set_faults(delete_on_read=0, insert_on_read=0)
+    after = stored_ids(server, table_id)
+    assert before - after and after - before, "the faults deleted and inserted rows during the read"
+    assert [i for i, n in Counter(read).items() if n > 1] == []
+    assert (before & after) - set(read) == set()
+
+
+def test_a_huge_first_row_is_read_through_read_batches(server_factory: ServerFactory) -> None:
+    """The first page is cut to 2 rows (limit 2): the read does not refuse it, nor crawl."""
+    server = server_factory(max_response_bytes=50_000)
+    table_id = server.create_table({"name": "Huge", "columns": [{"name": "Name", "type": "text"}]})
+    ids = [r["id"] for r in server.insert_rows(table_id, [{"Name": "x" * 300_000}] +
+                                               [{"Name": str(i)} for i in range(1500)])]
+    for page_size in (2, 100, 1000):
+        with Client(server.base_url, server.api_key) as client:
+            extraction = read_batches(client, client.get_table(table_id), page_size=page_size, concurrency=4)
+            read = [i for b in extraction for i in b.column("_id").to_pylist()]
+        assert read == ids, page_size
+
+
+def test_the_export_of_a_table_of_10_kb_rows_under_a_50_kb_response_bound(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    """The colleague's reproduction, as a process: `connector export` failed with "table 'Big'
+    changed faster than it could be read"; it now exits 0 with every row in the file."""
+    server = server_factory(max_response_bytes=50_000)
+    table_id = server.create_table({"name": "Big", "columns": [{"name": "Name", "type": "text"}]})
+    ids = [r["id"] for r in server.insert_rows(table_id, [{"Name": f"{i:04}" + "y" * 10_000} for i in range(400)])]
+    done = subprocess.run(
+        [sys.executable, "-m", "connector", "export", "--out", str(tmp_path), "--table", "Big",
+         "--base-url", server.base_url],
+        env={**os.environ, "CONNECTOR_API_KEY": server.api_key}, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    table = pq.read_table(tmp_path / "Big.parquet")
+    assert table.column("_id").to_pylist() == ids
+    assert table.column("Name").to_pylist()[-1] == "0399" + "y" * 10_000

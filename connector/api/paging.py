@@ -176,6 +176,110 @@ class _Took(Enum):
     DONE = "done"  # it continued the read to the end of the table
 
 
+def _finished(task: asyncio.Task[_Page]) -> _Page | None:
+    """The page a task fetched, or None while it runs (or if it failed: raised when taken)."""
+    if not task.done() or task.cancelled() or task.exception() is not None:
+        return None
+    return task.result()
+
+
+class _Plan:
+    """The pages of one pass fetched ahead and not yet taken, in offset order.
+
+    Each page's successor starts at its own offset plus its own applied limit less the
+    overlap, so the next page holds the last row of the one before. Pages still running are
+    assumed to apply `stride`, the applied limit of the latest page finished: where every
+    page applies the same limit, the offsets are those of plain stepping. A finished page
+    whose applied limit came out smaller leaves a hole before the page planned after it; the
+    hole is fetched before any page further on (and may itself leave one).
+    """
+
+    def __init__(
+        self,
+        reader: PageReader,
+        filter: Mapping[str, Mapping[str, Any]],
+        ask: int,
+        limit: int,
+        total: int | None,
+    ) -> None:
+        self._reader = reader
+        self._filter = filter
+        self._ask = ask
+        self.stride = limit
+        self.overlap = 1
+        self._end = total if total is not None else 0  # a hint, never trusted
+        self.pending: deque[tuple[int, asyncio.Task[_Page]]] = deque()
+        #: The page taken last and its offset: where the page after it must start.
+        self._taken: tuple[int, _Page] | None = None
+
+    def _launch(self, index: int, offset: int) -> None:
+        task = asyncio.create_task(self._reader._fetch(self._filter, offset, self._ask))
+        self.pending.insert(index, (offset, task))
+
+    def _step(self, limit: int) -> int:
+        return max(1, limit - self.overlap)
+
+    def schedule(self) -> None:
+        """Starts holes first, then pages past the last planned, while fewer than
+        `concurrency` run (finished pages may wait for an earlier one, up to `AHEAD` per
+        request in flight: one stalled by a Retry-After)."""
+        concurrency = self._reader._concurrency
+        finished = [_finished(task) for _, task in self.pending]
+        for page in finished:
+            if page is not None:
+                self.stride = page.limit
+        running = sum(not task.done() for _, task in self.pending)
+        holes = [
+            (offset, page)
+            for (offset, _), page, (following, _) in zip(
+                self.pending, finished, list(self.pending)[1:], strict=False
+            )
+            if page is not None
+            and len(page.ids) >= page.limit
+            and following > offset + page.limit - 1  # the next page misses this one's last row
+        ]
+        for offset, page in holes:
+            if running >= concurrency:
+                break
+            index = next(i for i, (o, _) in enumerate(self.pending) if o == offset) + 1
+            self._launch(index, offset + self._step(page.limit))
+            running += 1
+        while running < concurrency and len(self.pending) < AHEAD * concurrency:
+            after = self._next()
+            if after is None or (self.pending and after >= self._end):
+                break
+            self._launch(len(self.pending), after)
+            running += 1
+
+    def _next(self) -> int | None:
+        """Where the page after the last planned starts; None past a short page (the end)."""
+        if not self.pending:
+            assert self._taken is not None  # the first page is taken before anything is planned
+            offset, taken = self._taken
+            return offset + self._step(taken.limit)
+        offset, task = self.pending[-1]
+        page = _finished(task)
+        if page is None:
+            return offset + self._step(self.stride)
+        if len(page.ids) < page.limit:
+            return None
+        return offset + self._step(page.limit)
+
+    def taken(self, offset: int, page: _Page) -> None:
+        """`page`, read at `offset`, was taken: the next page must hold its last row. One
+        planned further on (the page came back with a smaller limit than planned, before
+        `schedule` saw it finish) leaves a hole, fetched first."""
+        self._taken = offset, page
+        if self.pending and self.pending[0][0] > offset + page.limit - 1:
+            self._launch(0, offset + self._step(page.limit))
+
+    async def cancel(self) -> None:
+        for _, task in self.pending:
+            task.cancel()
+        if self.pending:
+            await asyncio.gather(*(task for _, task in self.pending), return_exceptions=True)
+
+
 class PageReader:
     """Reads pages concurrently, checks every page edge, repairs a shift where it happened."""
 
@@ -255,6 +359,9 @@ class PageReader:
             order="asc" if key else None,
             filter=filter,
         )
+        if limit >= 2 and page.limit < 2 and len(page.raw) >= page.limit:
+            # A full page of one row (or none) cannot overlap the next: the read cannot go on.
+            raise ExtractionError(f"the server applied a page limit of {page.limit}; need at least 2")
         rows = page.raw
         cells = split_rows(rows, self._names)
         if not (key is None or _ascending(cells[_KEY_CELLS[key]])):
@@ -269,59 +376,45 @@ class PageReader:
     async def _pass(self, filter: Mapping[str, Mapping[str, Any]]) -> _Edge | None:
         """Reads from offset 0 of `filter` to the end; an edge if the read lost its place.
 
-        Pages are fetched `limit - overlap` apart, so each should begin with the last rows of
-        the one before. One that does not is repaired on the spot (`_repair`) while the
-        pages after it go on loading; the overlap then grows, up to half a page, so a table
-        under steady change needs few repairs.
+        Each page should begin with the last rows of the page before it: a page's successor
+        starts at its own offset plus its own applied limit less the overlap. Pages ahead are
+        fetched at offsets predicted from the latest applied limit; when a page comes back
+        with a smaller one (a server cutting a page by size), the gap after it is a hole,
+        fetched first (`_plan`). A page that does not continue the read is repaired on the
+        spot (`_repair`) while the pages after it go on loading; the overlap then grows, up to
+        half a page, so a table under steady change needs few repairs.
         """
-        first = await self._fetch(filter, 0, self._page_size)
-        limit = first.limit
-        if limit < 2:
-            raise ExtractionError(f"the server applied a page limit of {limit}; need at least 2")
+        ask = max(2, self._page_size)  # one row cannot overlap: ask for two at least
+        first = await self._fetch(filter, 0, ask)
         await self._emit_from(first, 0, 0)
-        if len(first.ids) < limit:
+        if len(first.ids) < first.limit:
             return None
-        overlap = 1
-        planned_end = first.total if first.total is not None else 0  # a hint, never trusted
-        next_offset = limit - overlap
-        # Pages in offset order; at most `concurrency` of them still running. Finished ones may
-        # wait for an earlier page (one stalled by a Retry-After), up to `AHEAD` per request.
-        pending: deque[tuple[int, asyncio.Task[_Page]]] = deque()
+        plan = _Plan(self, filter, ask, first.limit, first.total)
+        plan.taken(0, first)
         try:
             while True:
-                running = sum(not task.done() for _, task in pending)
-                while (
-                    running < self._concurrency
-                    and len(pending) < AHEAD * self._concurrency
-                    and (next_offset < planned_end or not pending)
-                ):
-                    task = asyncio.create_task(self._fetch(filter, next_offset, limit))
-                    pending.append((next_offset, task))
-                    next_offset += limit - overlap
-                    running += 1
-                offset, head = pending[0]
+                plan.schedule()
+                offset, head = plan.pending[0]
                 if not head.done():
                     await asyncio.wait(
-                        [task for _, task in pending if not task.done()],
+                        [task for _, task in plan.pending if not task.done()],
                         return_when=asyncio.FIRST_COMPLETED,
                     )
                     continue
-                pending.popleft()
+                plan.pending.popleft()
                 page = head.result()
                 took = await self._take(page, offset)
                 if took is _Took.MISSED:
-                    overlap = min(max(1, limit // 2), overlap * 2)
-                    repaired = await self._repair(filter, limit, page, offset)
+                    plan.overlap = min(max(1, plan.stride // 2), plan.overlap * 2)
+                    repaired = await self._repair(filter, ask, plan.stride, page, offset)
                     if isinstance(repaired, _Edge):
                         return repaired
                     took = repaired
                 if took is _Took.DONE:
                     return None
+                plan.taken(offset, page)
         finally:
-            for _, task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.gather(*(task for _, task in pending), return_exceptions=True)
+            await plan.cancel()
 
     async def _take(self, page: _Page, offset: int) -> _Took:
         """Emits what `page` (read at `offset`) adds after the row emitted last of those in it."""
@@ -342,17 +435,18 @@ class PageReader:
         return _Took.BEHIND
 
     async def _repair(
-        self, filter: Mapping[str, Mapping[str, Any]], limit: int, page: _Page, offset: int
+        self, filter: Mapping[str, Mapping[str, Any]], ask: int, stride: int, page: _Page, offset: int
     ) -> _Took | _Edge:
         """Fills the gap a shift opened before `page`: windows around where the last row was
         read, stepping back until one holds a row emitted lately, then forward until `page`
         joins on (or is passed). Each window is one consistent read, so the rows after the
-        anchor in it are all the rows that followed it then."""
+        anchor in it are all the rows that followed it then. Every window steps by its own
+        applied limit (a server may cut any of them short)."""
         self._count_repair()
-        start = max(0, self._place + 1 - limit // 2)
+        start = max(0, self._place + 1 - stride // 2)
         back = 0
         while True:
-            window = await self._fetch(filter, start, limit)
+            window = await self._fetch(filter, start, ask)
             at = self._recent.anchor(window.ids)
             if at is None:
                 if start == 0 or back >= MAX_SEARCH_WINDOWS:
@@ -360,12 +454,15 @@ class PageReader:
                     assert last is not None  # the first page of a pass emits or ends the pass
                     return _Edge(last, self._recent.last_created_at)
                 back += 1
-                start = max(0, start - (window.limit - 1))
+                start = max(0, start - max(1, window.limit - 1))
                 continue
             back = 0
-            if not await self._emit_from(window, at + 1, start):
-                self._place = start + at
+            at_last = window.ids[at] == self._recent.last
+            moved = await self._emit_from(window, at + 1, start)
+            if not moved:
                 self._count_repair()
+                if at_last:
+                    self._place = start + at
             if len(window.ids) < window.limit:
                 return _Took.DONE
             took = await self._take(page, offset)
@@ -373,7 +470,12 @@ class PageReader:
                 return took
             if self._place >= offset + len(page.ids):
                 return _Took.BEHIND  # read past where the page was: nothing of it is missing
-            start = max(0, self._place + 1 - limit // 2)
+            if moved or at_last:
+                # Around the read's place again; a window cut short starts at the place itself.
+                start = max(0, self._place + 1 - max(1, min(stride, window.limit) // 2))
+            else:
+                # The window ended before the row emitted last: on from its last row.
+                start += max(1, window.limit - 1)
 
     async def _emit_from(self, page: _Page, start: int, offset: int) -> int:
         """Emits the page's rows from index `start` on that were not emitted before.

@@ -233,3 +233,106 @@ def test_any_mix_of_page_size_concurrency_deletes_inserts_and_filters(server_fac
         assert set(ids) - set(left), (case, config, "the fault must have deleted rows")
         assert len(emitted) == len(set(emitted)), (case, config)
         assert (set(ids) & matching) - set(emitted) == set(), (case, config)
+
+
+# -- pages a server cuts short by size: each page's own applied limit steps the read --------
+
+
+def sized_rows(server: RunningServer, sizes: list[int]) -> tuple[str, list[str]]:
+    """A table whose i-th row's Name holds `sizes[i]` characters (seeded past the cell bound)."""
+    table_id = server.create_table(SPEC)
+    rows = server.insert_rows(table_id, [{"Name": f"{i:05}" + "x" * size} for i, size in enumerate(sizes)])
+    return table_id, [r["id"] for r in rows]
+
+
+def varied_sizes(rows: int, big: int, seed: int) -> list[int]:
+    """Mostly small rows, with runs of `big` rows here and there (each run a few pages' worth)."""
+    rng = random.Random(seed)
+    sizes = [rng.randrange(10, 60) for _ in range(rows)]
+    for start in rng.sample(range(rows - 40), rows // 200):
+        for i in range(start, start + rng.randrange(3, 40)):
+            sizes[i] = big + rng.randrange(0, big // 2)
+    return sizes
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_pages_cut_short_by_size_step_by_their_own_limit(server_factory: ServerFactory, concurrency: int) -> None:
+    """Runs of ~10 kB rows make the server cut pages to 2-5 rows (reported in `limit`) between
+    full pages: every row once, in order, without repairs; each clamped page costs at most the
+    page itself and one hole."""
+    server = server_factory(max_response_bytes=50_000)
+    table_id, ids = sized_rows(server, varied_sizes(3000, 10_000, seed=concurrency))
+    recorder = Recorder()
+    emitted, reader = read(server, table_id, transport=recorder, page_size=100, concurrency=concurrency)
+    assert emitted == ids
+    assert reader.resumes == 0
+    offsets = [r["offset"] for r in recorder.requests]
+    assert len(offsets) == len(set(offsets)), "no page is read twice"
+    if concurrency == 1:
+        # Stepping by each page's applied limit: a request per page, no hole, no waste.
+        assert offsets == sorted(offsets)
+
+
+def test_the_first_page_cut_to_two_rows_does_not_set_the_pace(server_factory: ServerFactory) -> None:
+    """A huge first row: the first page holds 2 rows (limit 2); the pages after it are full
+    again, and the read goes on by their limit, not by 2."""
+    server = server_factory(max_response_bytes=50_000)
+    table_id, ids = sized_rows(server, [200_000] + [20] * 999)
+    recorder = Recorder()
+    emitted, reader = read(server, table_id, transport=recorder, page_size=100, concurrency=4)
+    assert emitted == ids and reader.resumes == 0
+    # 1 cut page, 3 pages fetched ahead at its pace, then full pages: about 1000 / 99 + 4.
+    assert len(recorder.requests) <= 1000 // 99 + 5, [r["offset"] for r in recorder.requests]
+
+
+@pytest.mark.parametrize("page_size", [1, 2])
+def test_a_huge_first_row_with_the_smallest_pages(server_factory: ServerFactory, page_size: int) -> None:
+    """Asked for one row a page, the reader asks for two (one row cannot overlap the next page):
+    a page cut to the huge row and the next still moves the read on."""
+    server = server_factory(max_response_bytes=50_000)
+    table_id, ids = sized_rows(server, [200_000, 30_000, 20, 20, 200_000, 20, 20])
+    emitted, reader = read(server, table_id, page_size=page_size, concurrency=2)
+    assert emitted == ids and reader.resumes == 0
+
+
+def test_a_server_whose_pages_get_shorter_and_longer_mid_read() -> None:
+    """Any server may cut any page (the API's `limit` is the one applied): a mock answering
+    pages of 2 to 50 rows, shorter than the one before while far from the end, is read whole,
+    in order, at concurrency 1 and 4, and a page cut to one row is refused, not looped on."""
+    rows = [{"id": f"row_{i:04}", "created_at": f"2024-01-01T00:00:00.{i:06}Z",
+             "updated_at": "2024-01-01T00:00:00Z", "fields": {"Name": str(i)}} for i in range(700)]
+
+    def handler_for(cut: Callable[[int], int]) -> Callable[[httpx.Request], httpx.Response]:
+        def handler(request: httpx.Request) -> httpx.Response:
+            if not request.url.path.endswith("/rows"):
+                return httpx.Response(200, json={"id": "tbl_1", "name": "T", "columns": SPEC["columns"]})
+            limit, offset = int(request.url.params["limit"]), int(request.url.params["offset"])
+            applied = min(limit, cut(offset))
+            page = rows[offset:offset + applied]
+            return httpx.Response(200, json={"rows": page, "total": len(rows), "limit": applied, "offset": offset})
+        return handler
+
+    def read_mock(cut: Callable[[int], int], concurrency: int) -> list[str]:
+        emitted: list[str] = []
+
+        async def main() -> None:
+            transport = httpx.MockTransport(handler_for(cut))
+            async with AsyncClient("http://api.test/v1", "k", transport=transport) as client:
+                table = await client.get_table("tbl_1")
+
+                async def emit(cells: paging.Cells) -> None:
+                    emitted.extend(cells[0])
+
+                await PageReader(client, table, fields=["Name"], filter={}, page_size=50,
+                                 concurrency=concurrency, emit=emit).read()
+
+        asyncio.run(main())
+        return emitted
+
+    def cut(offset: int) -> int:
+        return 2 + (offset * 7919) % 49  # 2..50, changing from page to page
+
+    for concurrency in (1, 4):
+        assert read_mock(cut, concurrency) == [r["id"] for r in rows], concurrency
+    with pytest.raises(ExtractionError, match="page limit of 1"):
+        read_mock(lambda offset: 1 if offset > 300 else 50, 4)
