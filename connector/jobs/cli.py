@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-import signal
 import sys
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,13 @@ import click
 
 from connector.errors import ConnectorError
 from connector.jobs.config import load_job
-from connector.jobs.runner import RunSummary, run_job, use_system_allocator
+from connector.jobs.runner import (
+    RunSummary,
+    interrupted_summary,
+    run_job,
+    stop_signals,
+    use_system_allocator,
+)
 
 __all__ = ["describe_event", "sync"]
 
@@ -67,7 +74,8 @@ def sync(
                 2 bad job file or usage
                 3 partial (tables skipped: the key may not read them; rows rejected)
                 75 another run of this job holds the lock (see --wait)
-                143 stopped by SIGTERM (cleanly: nothing half-written)
+                130 / 143 stopped by Ctrl-C / SIGTERM (cleanly: nothing half-written;
+                    JSON: status "interrupted")
 
     \b
     Examples:
@@ -78,30 +86,58 @@ def sync(
     """
     as_json = log_format == "json"
     report = _json_event if as_json else _text_event
-    # A scheduler's stop (SIGTERM) unwinds like an error: temp files go, open loads roll back.
-    previous = signal.signal(signal.SIGTERM, _stop)
     use_system_allocator()
-    try:
-        job = load_job(job_file)
-        if state_dir is not None:
-            job = job.with_state_dir(state_dir)
-        summary = run_job(job, dry_run=dry_run, wait=wait, report=report, verify=verify)
-    except ConnectorError as exc:
-        if as_json:  # a scheduler still gets one parseable summary
-            failure = {"job": job_file.stem, "status": "error", "exit_code": exc.exit_code}
-            click.echo(json.dumps({**failure, "error": str(exc)}))
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    started, began = _now(), time.monotonic()
+    # Ctrl-C and a scheduler's stop (SIGTERM) unwind like an error: temp files go, open
+    # loads roll back, the lock is released; the run reports status "interrupted".
+    with stop_signals():
+        try:
+            job = load_job(job_file)
+            if state_dir is not None:
+                job = job.with_state_dir(state_dir)
+            summary = run_job(job, dry_run=dry_run, wait=wait, report=report, verify=verify)
+        except ConnectorError as exc:
+            if as_json:  # a scheduler still gets the one summary, in the usual shape
+                failed = _failed_before_start(job_file, exc, started, began, dry_run)
+                click.echo(json.dumps(failed.to_dict()))
+            raise
+        except KeyboardInterrupt as exc:  # before the run began (a lock wait): nothing done
+            summary = interrupted_summary(
+                job_file.stem, exc, started_at=started, dry_run=dry_run,
+                seconds=round(time.monotonic() - began, 3),
+            )
+            if as_json:
+                report("finish", **{k: v for k, v in summary.to_dict().items()
+                                    if k not in ("tables", "pushes")})
     if as_json:
         click.echo(json.dumps(summary.to_dict()))
     else:
         _text_summary(summary)
+    if summary.status == "interrupted" and not as_json:  # JSON: the finish event says it
+        click.echo(summary.error, err=True)
     ctx.exit(summary.exit_code)
 
 
-def _stop(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
+def _failed_before_start(
+    job_file: Path, exc: ConnectorError, started: str, began: float, dry_run: bool
+) -> RunSummary:
+    """The summary of a run that failed before it began (a bad job file, its lock held)."""
+    return RunSummary(
+        job=job_file.stem,
+        status="failed",
+        exit_code=exc.exit_code,
+        dry_run=dry_run,
+        started_at=started,
+        finished_at=_now(),
+        state_file=None,
+        destinations=[],
+        error=str(exc),
+        seconds=round(time.monotonic() - began, 3),
+    )
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _json_event(event: str, **fields: Any) -> None:
@@ -124,6 +160,8 @@ def describe_event(event: str, **fields: Any) -> str | None:
         return (
             head if not plan else head + "\n" + "\n".join(f"    {ln}" for ln in plan.splitlines())
         )
+    if event == "retry":  # a wait before a request is tried again
+        return f"  {fields['message']}"
     if event == "note":
         return f"  {fields['table']}: {fields['note']}"
     if event == "start":
@@ -177,6 +215,6 @@ def _text_summary(summary: RunSummary) -> None:
             f"{sum(v.different for v in fixed)} different, {sum(v.extra for v in fixed)} extra "
             "repaired"
         )
-    if summary.error:
+    if summary.error and summary.status != "interrupted":  # that one has its own line
         line += f" — {summary.error}"
     click.echo(line)

@@ -23,6 +23,7 @@ from typing import Any, Literal, cast
 
 from connector.api import MAX_PAGE_SIZE
 from connector.api.client import FILTER_OPERATORS
+from connector.api.retry import check_max_wait
 from connector.errors import ConfigError
 from connector.modes import PUSH_MODES, WRITE_MODES, PushMode, WriteMode
 
@@ -62,10 +63,19 @@ class Source:
     api_key_env: str
     page_size: int = 100
     concurrency: int = 4
+    #: Seconds a request may spend retrying in all (the client's ``max_wait``); None: the
+    #: client's default (``--max-wait``, ``CONNECTOR_MAX_WAIT``, else 120).
+    max_wait: float | None = None
 
     def resolve(self, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
         """The base URL and the key, read from the environment at run time."""
         env = os.environ if environ is None else environ
+        if not _ENV_NAME.fullmatch(self.api_key_env) or _looks_like_a_key(self.api_key_env):
+            # Not shown: a value that is no variable's name may be the key itself.
+            raise ConfigError(
+                "source.api_key_env must name an environment variable (it looks like a key "
+                "itself: put the key in a variable and name that)"
+            )
         base_url = self.base_url or env.get(self.base_url_env, "")
         if not base_url:
             raise ConfigError(
@@ -139,6 +149,8 @@ class PushSpec:
     mode: PushMode
     sheet: str | None
     where: str
+    #: How ambiguous dates in the file are read (``%d/%m/%Y``), as push's ``--date-format``.
+    date_format: str | None = None
 
 
 @dataclass(frozen=True)
@@ -367,9 +379,25 @@ class _Parser:
             api_key_env=key_env,
             page_size=section.integer("page_size", 100, low=2, high=MAX_PAGE_SIZE),  # reads overlap a row
             concurrency=section.integer("concurrency", 4, low=1, high=32),
+            max_wait=self.max_wait(section),
         )
         section.done()
         return source
+
+    def max_wait(self, section: _Section) -> float | None:
+        value = section.get("max_wait")
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.error(
+                section.key("max_wait"), f"must be a number of seconds >= 0, like 30, got {_kind(value)}"
+            )
+        try:
+            return check_max_wait(value, "max_wait")
+        except ConfigError:
+            raise self.error(
+                section.key("max_wait"), f"must be a number of seconds >= 0, like 30, got {value!r}"
+            ) from None
 
     def tables(self, data: Any) -> TableSelection:
         section = _Section(self, data or {}, "tables")
@@ -490,6 +518,7 @@ class _Parser:
         key = section.strings("key")
         mode = section.choice("mode", PUSH_MODES, "upsert")
         sheet = section.string("sheet")
+        date_format = section.string("date_format")
         section.done()
         if file is None:
             raise self.error(f"{where}.file", "missing: the spreadsheet to push")
@@ -506,7 +535,11 @@ class _Parser:
             raise self.error(f"{where}.file", f"no such file: {path}")
         if sheet is not None and path.suffix.lower() not in (".xlsx", ".xlsm"):
             raise self.error(f"{where}.sheet", "only applies to Excel files")
-        return PushSpec(path, table, key, cast(PushMode, mode), sheet, where)
+        if date_format is not None and "%" not in date_format:
+            raise self.error(
+                f"{where}.date_format", f"must be a strftime format like %d/%m/%Y, got {date_format!r}"
+            )
+        return PushSpec(path, table, key, cast(PushMode, mode), sheet, where, date_format)
 
 
 def _check_env_name(parser: _Parser, where: str, value: str) -> None:

@@ -71,10 +71,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -110,8 +112,13 @@ __all__ = [
     "RunSummary",
     "Status",
     "TableResult",
+    "Terminated",
     "Verified",
+    "interrupt_code",
+    "interrupted_summary",
+    "raise_if_stopped",
     "run_job",
+    "stop_signals",
     "use_system_allocator",
 ]
 
@@ -179,12 +186,18 @@ class PushResult:
     rejected: int = 0
 
 
+#: A run's outcome. ``interrupted``: stopped by Ctrl-C or SIGTERM (exit 130 / 143); every
+#: table finished before the stop is written and its state saved, the one in flight is left
+#: as it was (its writes rolled back), as after a crash-safe stop.
+RunStatus = Literal["ok", "partial", "failed", "interrupted"]
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """The outcome of a run: what a scheduler reads (``--log-format json``, ``--json``)."""
 
     job: str
-    status: Literal["ok", "partial", "failed"]
+    status: RunStatus
     exit_code: int
     dry_run: bool
     started_at: str
@@ -212,6 +225,86 @@ class RunSummary:
             "rows_deleted": sum(t.rows_deleted for t in self.tables),
         }
         return out
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread while `stop_signals` is active.
+
+    A KeyboardInterrupt, so everything that unwinds for Ctrl-C (the client's engine cancels
+    its task, atomic writes drop their temporary file, SQL loads roll back) does the same
+    for a scheduler's stop.
+    """
+
+
+def interrupt_code(exc: BaseException) -> ExitCode:
+    """The exit code of a stop: 143 for SIGTERM (`Terminated`), 130 for Ctrl-C."""
+    return ExitCode.TERMINATED if isinstance(exc, Terminated) else ExitCode.INTERRUPTED
+
+
+def _interrupt_message(exc: BaseException) -> str:
+    by = "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C"
+    return (
+        f"interrupted by {by}: tables finished before it are written, the one in flight is "
+        "left as it was; run again to finish"
+    )
+
+
+_signals_active = False
+#: The stop a signal raised within `stop_signals`, kept in case a library swallowed it.
+_stopped: KeyboardInterrupt | None = None
+
+
+@contextmanager
+def stop_signals() -> Iterator[None]:
+    """Within the block, SIGTERM raises `Terminated` and Ctrl-C `KeyboardInterrupt`; after
+    the first of them both signals are ignored until the block ends, so the unwinding (temp
+    files removed, loads rolled back, the client closed, the lock released, the summary
+    printed) is not cut short by a second one. Off the main thread, or nested, it does
+    nothing. `run_job` runs inside it; a command may widen it to its whole body.
+
+    The stop is also remembered (`raise_if_stopped`): code that swallows a KeyboardInterrupt
+    (pyarrow does, when it imports pandas lazily) cannot make a run go on regardless.
+    """
+    global _signals_active, _stopped
+    if _signals_active or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        global _stopped
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _stopped = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        raise _stopped
+
+    previous = signal.signal(signal.SIGINT, stop), signal.signal(signal.SIGTERM, stop)
+    _signals_active, _stopped = True, None
+    try:
+        yield
+    finally:
+        _signals_active, _stopped = False, None
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
+
+
+def raise_if_stopped() -> None:
+    """Raise the stop a signal asked for, if one did and it was swallowed on its way up.
+    The runner calls it between tables and before writing one."""
+    if _stopped is not None:
+        raise _stopped
+
+
+def interrupted_summary(
+    job: str, exc: BaseException, *, started_at: str, seconds: float = 0.0,
+    dry_run: bool = False, state_file: str | None = None, destinations: Sequence[str] = (),
+) -> RunSummary:
+    """The summary of a run stopped by `exc` (Ctrl-C or `Terminated`) before `run_job`
+    could report it (for a command stopped while it parsed or waited)."""
+    return RunSummary(
+        job=job, status="interrupted", exit_code=interrupt_code(exc), dry_run=dry_run,
+        started_at=started_at, finished_at=_now(), state_file=state_file,
+        destinations=list(destinations), error=_interrupt_message(exc), seconds=seconds,
+    )
 
 
 def use_system_allocator() -> None:
@@ -252,6 +345,21 @@ def run_job(
                 f"(or --base-url): {str(exc).split(': ', 1)[-1]}"
             ) from None
         raise ConfigError(f"{job.path}: {exc}") from None
+    with stop_signals():
+        return _run_job(job, base_url, key, dry_run, wait, emit, transport, verify, show_progress)
+
+
+def _run_job(
+    job: Job,
+    base_url: str,
+    key: str,
+    dry_run: bool,
+    wait: float,
+    emit: Reporter,
+    transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None,
+    verify: bool,
+    show_progress: bool | None,
+) -> RunSummary:
     started, began = _now(), time.monotonic()
     stateful = not job.one_shot and not dry_run
     if stateful:
@@ -260,66 +368,98 @@ def run_job(
         lock: Any = job_lock(job.lock_path, wait=wait, job=job.name)
     else:
         lock = nullcontext()
-    with lock:
-        state = JobState() if job.one_shot else load_state(job.state_path)
-        if job.verify_every and state.runs_since_verify + 1 >= job.verify_every:
-            verify = True
-        emit("start", job=job.name, dry_run=dry_run)
-        pushes: list[PushResult] = []
-        tables: list[TableResult] = []
-        error: str | None = None
-        run: _Run | None = None
-        with ExitStack() as stack:
-            sinks = [open_sink(d) for d in job.destinations]
-            for sink in sinks:
-                stack.callback(sink.close)
-            try:
-                if not dry_run:
-                    for sink in sinks:  # an unreachable database fails before any read
-                        sink.check()
-                client = stack.enter_context(Client(base_url, key, transport=transport))
-                run = _Run(job, client, state, sinks, dry_run, verify, emit, show_progress)
-                chosen = run.choose() if sinks else None  # a bad filter stops even the pushes
-                pushes = [_push(client, job, spec, dry_run, emit) for spec in job.pushes]
-                if chosen is not None:
-                    tables = run.all_tables(chosen)
-                    state = run.state
-            except ConfigError:
-                raise
-            except ConnectorError as exc:  # a bad key, an unreachable server or database
-                error = str(exc)
-                tables = list(run.results) if run is not None else []
-                emit("error", error=error)
-        status, code = _outcome([*tables, *pushes], error)
-        summary = RunSummary(
-            job=job.name,
-            status=status,
-            exit_code=code,
-            dry_run=dry_run,
-            started_at=started,
-            finished_at=_now(),
-            state_file=None if job.one_shot else str(job.state_path),
-            destinations=[d.describe() for d in job.destinations],
-            tables=tables,
-            pushes=pushes,
-            error=error,
-            seconds=round(time.monotonic() - began, 3),
-            verified=verify and not dry_run,
+    pushes: list[PushResult] = []
+    tables: list[TableResult] = []
+    error: str | None = None
+    run: _Run | None = None
+    state = JobState()
+    try:
+        with lock:
+            state = JobState() if job.one_shot else load_state(job.state_path)
+            if job.verify_every and state.runs_since_verify + 1 >= job.verify_every:
+                verify = True
+            emit("start", job=job.name, dry_run=dry_run)
+            with ExitStack() as stack:
+                sinks = [open_sink(d) for d in job.destinations]
+                for sink in sinks:
+                    stack.callback(sink.close)
+                try:
+                    if not dry_run:
+                        for sink in sinks:  # an unreachable database fails before any read
+                            sink.check()
+                    client = stack.enter_context(Client(
+                        base_url, key, transport=transport, max_wait=job.source.max_wait,
+                        on_retry=lambda event: emit("retry", **event.as_dict()),
+                    ))
+                    run = _Run(job, client, state, sinks, dry_run, verify, emit, show_progress)
+                    chosen = run.choose() if sinks else None  # a bad filter stops the pushes too
+                    for spec in job.pushes:
+                        raise_if_stopped()
+                        pushes.append(_push(client, job, spec, dry_run, emit))
+                    if chosen is not None:
+                        tables = run.all_tables(chosen)
+                        state = run.state
+                    raise_if_stopped()
+                except ConfigError:
+                    raise
+                except ConnectorError as exc:  # a bad key, an unreachable server or database
+                    error = str(exc)
+                    tables = list(run.results) if run is not None else []
+                    emit("error", error=error)
+            summary = _summarise(job, tables, pushes, error, started, began, dry_run, verify)
+            if stateful:
+                record = RunRecord(
+                    started_at=summary.started_at,
+                    finished_at=summary.finished_at,
+                    status=summary.status,
+                    rows_written=sum(t.rows_written for t in tables),
+                    rows_deleted=sum(t.rows_deleted for t in tables),
+                )
+                save_state(job.state_path, state.with_run(record, verified=summary.verified))
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (`Terminated`) under stop_signals
+        # Unwound like a crash-safe stop: the table in flight rolled back, the client and
+        # the sinks closed, the lock released; the state holds every table finished before
+        # (saved as each finished) and no record of this run.
+        tables = list(run.results) if run is not None else tables
+        summary = replace(
+            _summarise(job, tables, pushes, None, started, began, dry_run, verify),
+            status="interrupted",
+            exit_code=interrupt_code(exc),
+            error=_interrupt_message(exc),
         )
-        if stateful:
-            record = RunRecord(
-                started_at=summary.started_at,
-                finished_at=summary.finished_at,
-                status=status,
-                rows_written=sum(t.rows_written for t in tables),
-                rows_deleted=sum(t.rows_deleted for t in tables),
-            )
-            save_state(job.state_path, state.with_run(record, verified=summary.verified))
-        emit(
-            "finish",
-            **{k: v for k, v in summary.to_dict().items() if k not in ("tables", "pushes")},
-        )
-        return summary
+    emit(
+        "finish",
+        **{k: v for k, v in summary.to_dict().items() if k not in ("tables", "pushes")},
+    )
+    return summary
+
+
+def _summarise(
+    job: Job,
+    tables: list[TableResult],
+    pushes: list[PushResult],
+    error: str | None,
+    started: str,
+    began: float,
+    dry_run: bool,
+    verify: bool,
+) -> RunSummary:
+    status, code = _outcome([*tables, *pushes], error)
+    return RunSummary(
+        job=job.name,
+        status=status,
+        exit_code=code,
+        dry_run=dry_run,
+        started_at=started,
+        finished_at=_now(),
+        state_file=None if job.one_shot else str(job.state_path),
+        destinations=[d.describe() for d in job.destinations],
+        tables=tables,
+        pushes=pushes,
+        error=error,
+        seconds=round(time.monotonic() - began, 3),
+        verified=verify and not dry_run,
+    )
 
 
 def _outcome(
@@ -458,6 +598,7 @@ class _Run:
     def one_table(
         self, table: Table, filter: dict[str, dict[str, Any]], tmp: Path
     ) -> TableResult:
+        raise_if_stopped()
         began = time.monotonic()
         try:
             result = _Table(self, table, filter, tmp).run()
@@ -712,6 +853,7 @@ class _Table:
             )
         read = spool.ids()
         changed = read.minus(IdSet.of(gone))
+        raise_if_stopped()  # a stop swallowed during the read: write nothing
         for sink, g, merge in zip(self.sinks, gone, self._merges(incremental), strict=True):
             mode = "merge" if merge else sink.destination.mode
             sink.write(
@@ -782,6 +924,7 @@ class _Table:
             found = Verified()
             written = deleted = 0
             read = spool.ids()
+            raise_if_stopped()
             for sink, merge in zip(self.sinks, self._merges(job.incremental), strict=True):
                 if not merge:  # replaced or appended, as a full run does
                     written = max(written, sink.write(
@@ -1038,7 +1181,7 @@ def _summary(table: Table) -> Any:
 
 
 def _push(client: Client, job: Job, spec: PushSpec, dry_run: bool, emit: Reporter) -> PushResult:
-    from connector.push import push  # pandas-heavy; only jobs that push pay for it
+    from connector.push import push, written_before  # pandas-heavy: only jobs that push pay
     from connector.push.report import describe_plan
 
     try:
@@ -1051,11 +1194,22 @@ def _push(client: Client, job: Job, spec: PushSpec, dry_run: bool, emit: Reporte
             sheet=spec.sheet,
             dry_run=dry_run,
             progress=False,
+            date_format=spec.date_format,
         )
     except ConfigError as exc:  # the table or key does not fit: name the job's key at fault
         raise type(exc)(f"{job.path}: {spec.where}: {exc}") from None
     except ConnectorError as exc:  # invalid spreadsheet (nothing written), API failure
-        out = PushResult(str(spec.file), spec.table, "failed", error=str(exc))
+        done = written_before(exc)  # what an apply stopped part-way had written
+        out = PushResult(
+            str(spec.file),
+            spec.table,
+            "failed",
+            created=done.created if done else 0,
+            updated=done.updated if done else 0,
+            deleted=done.deleted if done else 0,
+            error=str(exc),
+            rejected=len(done.rejected) if done else 0,
+        )
     else:
         counts = result.plan.counts if dry_run else result.applied
         rejected = len(result.rejected)
