@@ -152,10 +152,17 @@ class ValidationReport(InputError):
         self.source = source
         self.problems = tuple(problems)
         rows = {p.row for p in self.problems if p.row is not None}
-        head = (
-            f"{source}: {len(self.problems)} problem(s) in {len(rows)} row(s); nothing was written"
+        first = str(self.problems[0]) if self.problems else "no problems"
+        more = (
+            f" (1 of {len(self.problems)} problems in {len(rows)} row(s), all below)"
+            if len(self.problems) > 1
+            else ""
         )
-        super().__init__("\n  ".join([head, *map(str, self.problems)]))
+        # One headline naming the first problem (what a scheduler's log shows), then every
+        # problem on its own indented line when there are more.
+        head = f"{source}: {first}{more}; nothing was written"
+        lines = [head, *map(str, self.problems)] if len(self.problems) > 1 else [head]
+        super().__init__("\n  ".join(lines))
 
 
 class PlanError(ConnectorError):

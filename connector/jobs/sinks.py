@@ -18,6 +18,7 @@ import contextlib
 import itertools
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -43,10 +44,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DELETED_AT",
+    "CsvDestination",
     "Sink",
     "batch_digest",
     "digest",
     "file_name",
+    "fit_name",
     "no_ids",
     "open_sink",
     "target_names",
@@ -113,15 +116,34 @@ def open_sink(destination: Destination) -> Sink:
 
 def target_names(tables: Sequence[TableSummary]) -> dict[str, str]:
     """Each table's name in every destination: the first table (in listing order) with a
-    name keeps it; each later one with the same name (in any case) gets ``<name>-<id>``."""
+    name keeps it; each later one with the same name (in any case) gets ``<name>-<id>``.
+    A name too long for a file (see `fit_name`) is cut and gets ``-<id>`` as well."""
     names: dict[str, str] = {}
     taken: set[str] = set()
     for t in tables:
         if t.id in names:
             continue
-        names[t.id] = t.name if t.name.casefold() not in taken else f"{t.name}-{t.id}"
-        taken.add(t.name.casefold())
+        name = fit_name(t.name, t.id)
+        names[t.id] = name if name.casefold() not in taken else f"{name}-{t.id}"
+        taken.add(name.casefold())
     return names
+
+
+#: File systems allow 255 bytes a name. A table's file also gets a suffix (``.parquet``)
+#: and, while it is written, a temp name around it (``.<name>.<8 random>.partial``):
+#: this many bytes are left for the table's name.
+NAME_BYTES = 255 - len(".parquet") - len("..12345678.partial") - 1
+
+
+def fit_name(name: str, table_id: str) -> str:
+    """`name`, or when its UTF-8 form is longer than `NAME_BYTES`, its start cut on a
+    character boundary plus ``-<table id>``: still recognisable, and unique."""
+    if len(name.encode("utf-8")) <= NAME_BYTES:
+        return name
+    tail = f"-{table_id}"
+    room = NAME_BYTES - len(tail.encode("utf-8"))
+    cut = name.encode("utf-8")[:room].decode("utf-8", errors="ignore")
+    return cut + tail
 
 
 def file_name(table_name: str) -> str:
@@ -319,10 +341,22 @@ class ParquetSink:
             yield batch.filter(arrow_mask(~held.contains(batch.column(id_name))))
 
 
+@dataclass(frozen=True)
+class CsvDestination(Destination):
+    """A CSV directory (``export --format csv``) and how its text is written."""
+
+    #: Neutralise text a spreadsheet would run as a formula (``--excel-safe``).
+    excel_safe: bool = False
+
+
 class CsvSink(ParquetSink):
     """A directory with one ``<table name>.csv`` per table; always replaced whole."""
 
     suffix = "csv"
+
+    @property
+    def excel_safe(self) -> bool:
+        return isinstance(self.destination, CsvDestination) and self.destination.excel_safe
 
     def live_ids(self, table: Table, name: str) -> Iterator[pa.Array]:
         return iter(())
@@ -339,7 +373,7 @@ class CsvSink(ParquetSink):
         changed: IdSet | None = None,
         mark: bool = False,
     ) -> int:
-        return write_csv(batches, schema, self.path(name))
+        return write_csv(batches, schema, self.path(name), excel_safe=self.excel_safe)
 
 
 class SqlSink:

@@ -9,13 +9,16 @@ shape of ``connector sync --log-format json``). Exit codes are `connector.errors
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import click
 
 from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
+from connector.errors import ConnectorError, ExitCode
 from connector.modes import WRITE_MODES
 
 __all__ = ["export", "load"]
@@ -26,6 +29,21 @@ _EXIT_CODES = """
                 2 bad usage or configuration (an unknown --table among them)
                 3 partial (a table the key may not read was skipped)
 """
+
+
+class _OneShot(click.Command):
+    """A command whose ``--json`` summary is printed also when its arguments are refused."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, list(args), parent=parent, **extra)
+        except click.UsageError as exc:
+            if "--json" in args:
+                message = " ".join(exc.format_message().split())
+                _echo_json(_failed(self.name or "export", message, ExitCode.USAGE, _now(),
+                                   time.monotonic()))
+            raise
 
 
 def _shared(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -44,15 +62,19 @@ def _shared(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-@click.command()
+@click.command(cls=_OneShot)
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Directory for the files (one per table, replaced atomically).")
 @click.option("--format", "fmt", type=click.Choice(["parquet", "csv"]), default="parquet",
               show_default=True, help="parquet keeps every column type; csv is plain text.")
+@click.option("--excel-safe", is_flag=True,
+              help="csv: a text cell starting with = + - @ (or a tab or carriage return) gets a "
+                   "leading ' so a spreadsheet shows it instead of running it as a formula.")
 @_shared
 @click.pass_context
-def export(ctx: click.Context, out_dir: Path, fmt: str, tables: tuple[str, ...],
-           page_size: int, base_url: str | None, as_json: bool) -> None:
+def export(ctx: click.Context, out_dir: Path, fmt: str, excel_safe: bool,
+           tables: tuple[str, ...], page_size: int, base_url: str | None,
+           as_json: bool) -> None:
     """Export tables to Parquet or CSV files in a directory.
 
     One <table name>.parquet (or .csv) per table, written aside and renamed into place, so
@@ -60,15 +82,25 @@ def export(ctx: click.Context, out_dir: Path, fmt: str, tables: tuple[str, ...],
     <table name>-<table id>. The API key is read from CONNECTOR_API_KEY.
     """
     from connector.jobs.config import Destination
+    from connector.jobs.sinks import CsvDestination
 
-    destination = Destination(fmt, str(out_dir.resolve()), "replace", "--out")  # type: ignore[arg-type]
+    if excel_safe and fmt != "csv":
+        message = "--excel-safe applies to --format csv only"
+        if as_json:
+            _echo_json(_failed("export", message, ExitCode.USAGE, _now(), time.monotonic()))
+        raise click.BadOptionUsage("excel_safe", message)
+    target = str(out_dir.resolve())
+    destination = (
+        CsvDestination("csv", target, "replace", "--out", excel_safe=excel_safe) if fmt == "csv"
+        else Destination("parquet", target, "replace", "--out")
+    )
     _run(ctx, "export", destination, tables, page_size, base_url, as_json)
 
 
 export.help = (export.help or "") + _EXIT_CODES
 
 
-@click.command()
+@click.command(cls=_OneShot)
 @click.option("--to", "url", required=True, metavar="URL",
               help="SQLAlchemy database URL, e.g. sqlite:///warehouse.db or postgresql://u@h/db.")
 @click.option("--mode", type=click.Choice(WRITE_MODES), default="replace", show_default=True,
@@ -97,15 +129,44 @@ def _run(ctx: click.Context, command: str, destination: Any, tables: tuple[str, 
     from connector.jobs.config import one_shot_job
     from connector.jobs.runner import run_job, use_system_allocator
 
+    started, began = _now(), time.monotonic()
     use_system_allocator()
     job = one_shot_job(command, destination, tables=tables, base_url=base_url,
                        page_size=page_size)
-    summary = run_job(job, show_progress=None)
+    try:
+        summary = run_job(job, show_progress=None)
+    except ConnectorError as exc:  # before the first table: a key, an unknown --table
+        if as_json:  # a scheduler still gets the one summary, in sync's shape
+            _echo_json(_failed(command, str(exc), exc.exit_code, started, began,
+                               [destination.describe()]))
+        raise
     if as_json:
-        click.echo(json.dumps(summary.to_dict(), indent=2))
+        _echo_json(summary)
+        if summary.error:  # the person reading the log gets the same line as without --json
+            click.secho(f"error: {summary.error}", fg="red", err=True)
     else:
         _report(summary, "exported" if command == "export" else "loaded")
     ctx.exit(summary.exit_code)
+
+
+def _failed(command: str, error: str, code: int, started: str, began: float,
+            destinations: list[str] | None = None) -> Any:
+    """The summary of a command that failed before it read a table (sync's shape)."""
+    from connector.jobs.runner import RunSummary
+
+    return RunSummary(
+        job=command, status="failed", exit_code=int(code), dry_run=False, started_at=started,
+        finished_at=_now(), state_file=None, destinations=destinations or [], error=error,
+        seconds=round(time.monotonic() - began, 3),
+    )
+
+
+def _echo_json(summary: Any) -> None:
+    click.echo(json.dumps(summary.to_dict(), indent=2))
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _report(summary: Any, verb: str) -> None:

@@ -42,6 +42,7 @@ from connector.errors import (
     TransportError,
 )
 from connector.load.atomic import atomic_path
+from connector.load.csv import excel_safe
 from connector.progress import Progress
 from connector.push.live import Live, read_live_async
 from connector.push.plan import (
@@ -73,8 +74,6 @@ MAX_RECOVERIES = 5
 REREAD_GATHER_SECONDS = 0.05
 #: HTTP status of a body too large for the server.
 TOO_LARGE = 413
-#: First characters that make a spreadsheet run a cell as a formula (OWASP CSV injection).
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 #: The attribute of an error that stopped an apply holding what was written before it.
 _WRITTEN = "push_written_before"
 
@@ -344,13 +343,6 @@ def write_rejects(path: str | Path, rejected: Sequence[Rejected], columns: Seque
             cells = ["" if r.fields.get(c) is None else r.fields[c] for c in columns]
             line = [r.row or "", r.id or "", r.column or "", r.message, *cells]
             writer.writerow([excel_safe(c) if isinstance(c, str) else c for c in line])
-
-
-def excel_safe(text: str) -> str:
-    """`text` as a spreadsheet shows it rather than runs it: a cell starting with ``=``,
-    ``+``, ``-``, ``@``, a tab or a carriage return gets a leading ``'`` (OWASP's advice
-    against CSV injection). Other text is returned as it is."""
-    return "'" + text if text.startswith(FORMULA_STARTS) else text
 
 
 def _too_large(size: int, exc: BadRequest) -> str:

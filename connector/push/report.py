@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from connector.api import MAX_BULK_ROWS
-from connector.errors import ConnectorError, ExitCode, ValidationReport
+from connector.errors import ConnectorError, ExitCode
 from connector.push.apply import PushResult, written_before
 from connector.push.plan import Plan
 
@@ -94,18 +94,12 @@ def now() -> str:
 def headline(exc: ConnectorError) -> tuple[str, list[str]]:
     """An error as one line naming what to fix, and the lines that follow it.
 
-    A `ValidationReport` leads with its first problem (row, column, value) and lists them
-    all when there are more; an error that stopped the writes says what was written first.
+    A `ValidationReport`'s message already leads with its first problem (row, column,
+    value) and lists them all below when there are more; an error that stopped the writes
+    says what was written first.
     """
-    if isinstance(exc, ValidationReport) and exc.problems:
-        count = len(exc.problems)
-        rows = len({p.row for p in exc.problems if p.row is not None})
-        more = f" (1 of {count} problems in {rows} row(s), all below)" if count > 1 else ""
-        head = f"{exc.source}: {exc.problems[0]}{more}; nothing was written"
-        details = [str(p) for p in exc.problems] if count > 1 else []
-    else:
-        head, *details = str(exc).splitlines() or [type(exc).__name__]
-        details = [d.strip() for d in details]
+    head, *details = str(exc).splitlines() or [type(exc).__name__]
+    details = [d.strip() for d in details]
     written = written_before(exc)
     if written is not None:
         details.append(
