@@ -28,6 +28,8 @@ _EXIT_CODES = """
     Exit codes: 0 every table copied · 1 a table failed, or none could be read
                 2 bad usage or configuration (an unknown --table among them)
                 3 partial (a table the key may not read was skipped)
+                130 / 143 stopped by Ctrl-C / SIGTERM (cleanly: the previous file or
+                    SQL table is left as it was; JSON: status "interrupted")
 """
 
 
@@ -127,25 +129,40 @@ load.help = (load.help or "") + _EXIT_CODES
 def _run(ctx: click.Context, command: str, destination: Any, tables: tuple[str, ...],
          page_size: int, base_url: str | None, as_json: bool) -> None:
     from connector.jobs.config import one_shot_job
-    from connector.jobs.runner import run_job, use_system_allocator
+    from connector.jobs.runner import (
+        interrupted_summary,
+        run_job,
+        stop_signals,
+        use_system_allocator,
+    )
 
     started, began = _now(), time.monotonic()
-    use_system_allocator()
-    job = one_shot_job(command, destination, tables=tables, base_url=base_url,
-                       page_size=page_size)
-    try:
-        summary = run_job(job, show_progress=None)
-    except ConnectorError as exc:  # before the first table: a key, an unknown --table
-        if as_json:  # a scheduler still gets the one summary, in sync's shape
-            _echo_json(_failed(command, str(exc), exc.exit_code, started, began,
-                               [destination.describe()]))
-        raise
-    if as_json:
-        _echo_json(summary)
-        if summary.error:  # the person reading the log gets the same line as without --json
-            click.secho(f"error: {summary.error}", fg="red", err=True)
-    else:
-        _report(summary, "exported" if command == "export" else "loaded")
+    # Ctrl-C and SIGTERM unwind like an error (temp files go, loads roll back) and the run
+    # reports status "interrupted": the summary, then one line on stderr.
+    with stop_signals():
+        try:
+            use_system_allocator()
+            job = one_shot_job(command, destination, tables=tables, base_url=base_url,
+                               page_size=page_size)
+            summary = run_job(job, show_progress=None)
+        except ConnectorError as exc:  # before the first table: a key, an unknown --table
+            if as_json:  # a scheduler still gets the one summary, in sync's shape
+                _echo_json(_failed(command, str(exc), exc.exit_code, started, began,
+                                   [destination.describe()]))
+            raise
+        except KeyboardInterrupt as exc:  # before the run began: nothing was done
+            summary = interrupted_summary(
+                command, exc, started_at=started, destinations=[destination.describe()],
+                seconds=round(time.monotonic() - began, 3),
+            )
+        if as_json:
+            _echo_json(summary)
+            if summary.status == "interrupted":
+                click.echo(summary.error, err=True)
+            elif summary.error:  # the person reading the log gets the line text output shows
+                click.secho(f"error: {summary.error}", fg="red", err=True)
+        else:
+            _report(summary, "exported" if command == "export" else "loaded")
     ctx.exit(summary.exit_code)
 
 
@@ -176,6 +193,9 @@ def _report(summary: Any, verb: str) -> None:
             click.echo(f"{t.table}: {t.rows_written:,} rows in {t.seconds:.1f} s -> {where}")
         else:
             click.echo(f"{t.table}: {t.status}: {t.error}")
+    if summary.status == "interrupted":  # one line, as sync prints it
+        click.echo(summary.error, err=True)
+        return
     if summary.error:
         click.echo(f"error: {summary.error}", err=True)
     rows = sum(t.rows_written for t in summary.tables)
