@@ -85,7 +85,7 @@ def sync(
       connector sync configs/demo.toml --verify
     """
     as_json = log_format == "json"
-    report = _json_event if as_json else _text_event
+    report = _json_event if as_json else _TextReport()
     use_system_allocator()
     started, began = _now(), time.monotonic()
     # Ctrl-C and a scheduler's stop (SIGTERM) unwind like an error: temp files go, open
@@ -144,10 +144,24 @@ def _json_event(event: str, **fields: Any) -> None:
     print(json.dumps({"event": event, **fields}, default=str), file=sys.stderr, flush=True)
 
 
-def _text_event(event: str, **fields: Any) -> None:
-    line = describe_event(event, **fields)
-    if line is not None:
-        click.echo(line, err=True)
+class _TextReport:
+    """Events as lines on stderr. The ``job NAME`` line waits for the next event, so a job
+    stopped by a configuration error found at run time (a push naming a column the table
+    lacks) prints its one error line and nothing else."""
+
+    def __init__(self) -> None:
+        self.pending: str | None = None
+
+    def __call__(self, event: str, **fields: Any) -> None:
+        line = describe_event(event, **fields)
+        if event == "start":
+            self.pending = line
+            return
+        if self.pending is not None:
+            click.echo(self.pending, err=True)
+            self.pending = None
+        if line is not None:
+            click.echo(line, err=True)
 
 
 def describe_event(event: str, **fields: Any) -> str | None:

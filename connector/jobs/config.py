@@ -492,6 +492,14 @@ class _Parser:
                 where,
                 "is not a SQLAlchemy URL (like sqlite:///out.db or postgresql+psycopg://host/db)",
             ) from None
+        try:
+            parsed.get_dialect()  # the database kind is known (its driver loads at connect)
+        except (ArgumentError, ImportError):
+            raise self.error(
+                where,
+                f"names no database SQLAlchemy knows ({parsed.drivername!r}); like "
+                "sqlite:///out.db or postgresql+psycopg://host/db",
+            ) from None
         if parsed.password:
             raise self.error(
                 where,

@@ -386,7 +386,7 @@ def _run_job(
                 try:
                     if not dry_run:
                         for sink in sinks:  # an unreachable database fails before any read
-                            sink.check()
+                            _check(job, sink)
                     client = stack.enter_context(Client(
                         base_url, key, transport=transport, max_wait=job.source.max_wait,
                         on_retry=lambda event: emit("retry", **event.as_dict()),
@@ -460,6 +460,16 @@ def _summarise(
         seconds=round(time.monotonic() - began, 3),
         verified=verify and not dry_run,
     )
+
+
+def _check(job: Job, sink: Sink) -> None:
+    """`sink.check()`; a configuration error names the job file and the destination."""
+    try:
+        sink.check()
+    except ConfigError as exc:
+        if job.one_shot:
+            raise
+        raise type(exc)(f"{job.path}: {sink.destination.where}: {exc}") from None
 
 
 def _outcome(
