@@ -372,6 +372,7 @@ def _run_job(
     tables: list[TableResult] = []
     error: str | None = None
     run: _Run | None = None
+    pushing: PushSpec | None = None  # the push in flight
     state = JobState()
     try:
         with lock:
@@ -395,7 +396,9 @@ def _run_job(
                     chosen = run.choose() if sinks else None  # a bad filter stops the pushes too
                     for spec in job.pushes:
                         raise_if_stopped()
+                        pushing = spec
                         pushes.append(_push(client, job, spec, dry_run, emit))
+                        pushing = None
                     if chosen is not None:
                         tables = run.all_tables(chosen)
                         state = run.state
@@ -421,6 +424,12 @@ def _run_job(
         # the sinks closed, the lock released; the state holds every table finished before
         # (saved as each finished) and no record of this run.
         tables = list(run.results) if run is not None else tables
+        if pushing is not None:  # stopped mid-apply: some of its rows may be written
+            pushes.append(PushResult(
+                str(pushing.file), pushing.table, "failed",
+                error="interrupted: rows in flight may have been written; run again to finish",
+            ))
+            emit("push", **asdict(pushes[-1]))
         summary = replace(
             _summarise(job, tables, pushes, None, started, began, dry_run, verify),
             status="interrupted",

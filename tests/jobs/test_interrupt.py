@@ -149,3 +149,71 @@ def test_a_signal_while_waiting_for_the_lock_reports_interrupted(
     assert json.loads(err.splitlines()[-1])["status"] == "interrupted"
     assert json.loads(out)["status"] == "interrupted"
     assert not (tmp_path / "pq").exists()
+
+
+def test_sigterm_while_a_sql_table_is_replaced_keeps_the_previous_copy(
+    make_workspace: MakeWorkspace, tmp_path: Path
+) -> None:
+    """People streams into SQLite inside one transaction; the stop rolls it back."""
+    import sqlite3
+
+    ws = make_workspace(people=1000, latency_ms=40)
+    job = ws.job('[tables]\ninclude = ["Notes", "People"]\n[[destination]]\n'
+                 'url = "sqlite:///wh.db"\n', concurrency=1)
+    ws.run(job)
+    ws.api("PATCH", f"/tables/{ws.people}/rows/{first_id(ws)}", json={"fields": {"Score": -1}})
+
+    def people() -> list[tuple[object, ...]]:
+        with sqlite3.connect(tmp_path / "wh.db") as db:
+            return db.execute('select "Name", "Score" from "People" order by "Name"').fetchall()
+
+    before = people()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    run = start(ws, job, scratch)
+    _, err = interrupt(run, signal.SIGTERM)
+
+    assert run.returncode == ExitCode.TERMINATED
+    assert_no_noise(err)
+    assert people() == before  # not a row of the new copy, none of the old one lost
+    assert list(scratch.iterdir()) == []
+
+    assert ws.run(job).status == "ok"
+    assert -1 in [score for _, score in people()]
+
+
+def first_id(ws: Workspace) -> str:
+    rows = ws.api("GET", f"/tables/{ws.people}/rows", params={"limit": 1})["rows"]
+    return str(rows[0]["id"])
+
+
+def test_sigterm_during_a_push_reports_it_and_a_rerun_converges(
+    make_workspace: MakeWorkspace, tmp_path: Path
+) -> None:
+    ws = make_workspace(people=10, latency_ms=150)
+    rows = "\n".join(f"New{i:04d},{i}" for i in range(3000))
+    (tmp_path / "people.csv").write_text(f"Name,Score\n{rows}\n")
+    job = ws.job('[[push]]\nfile = "people.csv"\ntable = "People"\nkey = "Name"\n')
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+
+    run = start(ws, job, scratch, "--log-format", "json")
+    assert run.stderr is not None
+    first = run.stderr.readline()  # the start event
+    time.sleep(1.2)  # the push reads People, plans, and is sending its bulk creates
+    assert run.poll() is None
+    run.send_signal(signal.SIGTERM)
+    out, err = run.communicate(timeout=30)
+
+    assert run.returncode == ExitCode.TERMINATED, (out, err)
+    assert_no_noise(err)
+    events = [json.loads(line) for line in (first + err).splitlines()]
+    assert events[-1]["event"] == "finish" and events[-1]["status"] == "interrupted"
+    (push,) = json.loads(out)["pushes"]
+    assert push["status"] == "failed" and push["error"].startswith("interrupted")
+    assert ws.server.row_count(ws.people) < 3010
+
+    rerun = ws.run(job)
+
+    assert rerun.status == "ok"
+    assert ws.server.row_count(ws.people) == 3010
