@@ -175,7 +175,7 @@ def describe_event(event: str, **fields: Any) -> str | None:
             head if not plan else head + "\n" + "\n".join(f"    {ln}" for ln in plan.splitlines())
         )
     if event == "retry":  # a wait before a request is tried again
-        return f"  {fields['message']}"
+        return str(fields["message"])  # as every command prints it
     if event == "note":
         return f"  {fields['table']}: {fields['note']}"
     if event == "start":

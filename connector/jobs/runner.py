@@ -88,6 +88,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connector.api import MAX_PAGE_SIZE, Client
+from connector.api.retry import RetryEvent
 from connector.errors import (
     ApiValidationError,
     AuthError,
@@ -345,8 +346,13 @@ def run_job(
                 f"(or --base-url): {str(exc).split(': ', 1)[-1]}"
             ) from None
         raise ConfigError(f"{job.path}: {exc}") from None
+    # Retry waits go to the reporter as `retry` events; without one, to the client's default
+    # (the connector.api.retry log, which the CLI prints as lines).
+    on_retry = None if report is None else (lambda event: emit("retry", **event.as_dict()))
     with stop_signals():
-        return _run_job(job, base_url, key, dry_run, wait, emit, transport, verify, show_progress)
+        return _run_job(
+            job, base_url, key, dry_run, wait, emit, transport, verify, show_progress, on_retry
+        )
 
 
 def _run_job(
@@ -359,6 +365,7 @@ def _run_job(
     transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None,
     verify: bool,
     show_progress: bool | None,
+    on_retry: Callable[[RetryEvent], None] | None,
 ) -> RunSummary:
     started, began = _now(), time.monotonic()
     stateful = not job.one_shot and not dry_run
@@ -390,7 +397,7 @@ def _run_job(
                             _check(job, sink)
                     client = stack.enter_context(Client(
                         base_url, key, transport=transport, max_wait=job.source.max_wait,
-                        on_retry=lambda event: emit("retry", **event.as_dict()),
+                        on_retry=on_retry,
                     ))
                     run = _Run(job, client, state, sinks, dry_run, verify, emit, show_progress)
                     chosen = run.choose() if sinks else None  # a bad filter stops the pushes too
