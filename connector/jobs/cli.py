@@ -90,20 +90,22 @@ def sync(
     started, began = _now(), time.monotonic()
     # Ctrl-C and a scheduler's stop (SIGTERM) unwind like an error: temp files go, open
     # loads roll back, the lock is released; the run reports status "interrupted".
+    name = job_file.stem  # the job's name once its file is read
     with stop_signals():
         try:
             job = load_job(job_file)
+            name = job.name
             if state_dir is not None:
                 job = job.with_state_dir(state_dir)
             summary = run_job(job, dry_run=dry_run, wait=wait, report=report, verify=verify)
         except ConnectorError as exc:
             if as_json:  # a scheduler still gets the one summary, in the usual shape
-                failed = _failed_before_start(job_file, exc, started, began, dry_run)
+                failed = _failed_before_start(name, exc, started, began, dry_run)
                 click.echo(json.dumps(failed.to_dict()))
             raise
         except KeyboardInterrupt as exc:  # before the run began (a lock wait): nothing done
             summary = interrupted_summary(
-                job_file.stem, exc, started_at=started, dry_run=dry_run,
+                name, exc, started_at=started, dry_run=dry_run,
                 seconds=round(time.monotonic() - began, 3),
             )
             if as_json:
@@ -119,11 +121,11 @@ def sync(
 
 
 def _failed_before_start(
-    job_file: Path, exc: ConnectorError, started: str, began: float, dry_run: bool
+    name: str, exc: ConnectorError, started: str, began: float, dry_run: bool
 ) -> RunSummary:
     """The summary of a run that failed before it began (a bad job file, its lock held)."""
     return RunSummary(
-        job=job_file.stem,
+        job=name,
         status="failed",
         exit_code=exc.exit_code,
         dry_run=dry_run,

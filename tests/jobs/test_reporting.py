@@ -270,3 +270,23 @@ def test_a_push_failing_part_way_counts_what_it_wrote(
 
     assert rerun.pushes[0].created == 250 - written
     assert workspace.server.row_count(workspace.people) == 260
+
+
+def test_json_with_the_lock_held_prints_the_full_summary_with_exit_75(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    from connector.jobs.lock import job_lock
+
+    job = tmp_path / "lockme.toml"  # the job's name, not the file's, names the lock
+    job.write_text('name = "nightly"\n[source]\napi_key_env = "JOB_KEY"\n'
+                   '[[destination]]\nparquet = "pq"\n')
+
+    with job_lock(tmp_path / "nightly.lock", wait=0, job="nightly"):
+        done = sync(workspace, job, "--log-format", "json")
+
+    assert done.returncode == ExitCode.LOCKED
+    summary = json.loads(done.stdout)
+    assert set(summary) == SUMMARY_KEYS
+    assert (summary["job"], summary["status"], summary["exit_code"]) == ("nightly", "failed", 75)
+    assert "already running" in summary["error"]
+    assert not (tmp_path / "pq").exists()
