@@ -3,10 +3,18 @@
 Export, load, `Workspace.read`, push's live read and every read of a sync (full, incremental,
 the id pass) page through here: in an explicit, stable order (by the system ``created_at``
 ascending; by ``id`` when a user column is called ``created_at``; by ``updated_at`` when both
-are taken; else the server's default order), stepping by the limit the server applied. The
-first page gives the applied limit; the pages after it are fetched concurrently (at most
-`concurrency` in flight) and handed over in order. Naive offset stepping skips a row for
-every row deleted before the offset; it is never used, least of all to decide a deletion.
+are taken; else the server's default order), stepping by the limit the server applied to
+each page. Any page may apply a smaller limit than asked, and than the page before it (the
+reference server cuts a page by size, --max-response-bytes, to as few as two rows, and
+reports how many in `limit`): a page's successor starts at its own offset plus its own
+limit less the overlap, and a page with fewer rows than its own limit ends the read. The
+pages after the first are fetched concurrently (at most `concurrency` in flight) at offsets
+predicted from the latest applied limit, and handed over in order; a page that comes back
+with a smaller limit leaves a hole before the one planned after it, fetched first. The
+reader asks for two rows at least (one row cannot overlap the next page); a server that
+still answers a full page of one row cannot be read with an edge check, and is refused.
+Naive offset stepping skips a row for every row deleted before the offset; it is never
+used, least of all to decide a deletion.
 
 Consistency while others write. Consecutive pages overlap: page k starts at the offset of
 one of page k-1's last rows. By ``created_at``, rows are only ever appended at the end (a
