@@ -582,7 +582,10 @@ def _check_url(parser: _Parser, where: str, url: str) -> None:
 def _redact_url(url: str) -> str:
     import sqlalchemy as sa
 
-    return sa.engine.make_url(url).render_as_string(hide_password=True)
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:  # not a URL at all: nothing to hide, nothing to render
+        return "an unparsable database URL"
 
 
 def _q(name: str) -> str:

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from connector.errors import DestinationError
+from connector.errors import ConfigError, DestinationError
 from connector.extract import string_array
 from connector.jobs.config import Destination
 from connector.jobs.ids import IdSet, arrow_ints, arrow_mask, hash_ids
@@ -390,9 +390,21 @@ class SqlSink:
 
             from connector.load.sql import connect
 
-            url = sa.make_url(self.destination.target)
+            where = self.destination.describe()
+            try:
+                url = sa.make_url(self.destination.target)
+            except sa.exc.ArgumentError:
+                raise ConfigError(
+                    f"{self.destination.where}: not a database URL (write it like "
+                    "sqlite:///warehouse.db or postgresql://user@host/db)"
+                ) from None
             if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-                Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise DestinationError(
+                        f"{where}: cannot create the folder for the database ({exc.strerror})"
+                    ) from None
             self._engine = connect(self.destination.target)  # the loads' driver choice
         return self._engine
 

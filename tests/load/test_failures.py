@@ -73,6 +73,9 @@ FAILING: dict[str, tuple[list[str], dict[str, str], int, str]] = {
     "--out is a file": (["export", "--out", "{tmp}/file"], {}, 2, "--out"),
     "bad --to URL": (["load", "--to", "nope://x"], {}, 2, "scheme 'nope'"),
     "bad --format": (["export", "--format", "xlsx"], {}, 2, "--format"),
+    "unparsable --to": (["load", "--to", "not a url"], {}, 2, "--to: not a database URL"),
+    "--to inside a file": (["load", "--to", "sqlite:///{tmp}/file/x.db"], {}, 1,
+                           "cannot create the folder for the database"),
 }
 
 
