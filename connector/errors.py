@@ -5,6 +5,7 @@
     │   ├── TableNotFound           no table by that id or name; close matches listed
     │   ├── ColumnNotFound          a column named (columns=, a filter) is not in the table
     │   ├── DeleteGuard             a mirror would delete too much: raise the limit to go on
+    │   ├── MissingExtra            a destination needs an optional extra: pip install it
     │   └── BaseUrlError            the base URL cannot work: malformed, a host with no address,
     │                               a failed TLS handshake (also an ApiError; never retried)
     ├── InputError                  fix the source data; nothing was written   (exit 1)
@@ -66,6 +67,7 @@ __all__ = [
     "ExtractionError",
     "InputError",
     "JobLocked",
+    "MissingExtra",
     "NotFound",
     "NotSent",
     "PermissionDenied",
@@ -132,6 +134,17 @@ class ColumnNotFound(ConfigError):
 
 class DeleteGuard(ConfigError):
     """A mirror would delete more rows than allowed; raise the limit explicitly to proceed."""
+
+
+class MissingExtra(ConfigError):
+    """A feature needs an optional dependency that is not installed (`connector.extras`)."""
+
+    def __init__(self, feature: str, extra: str) -> None:
+        super().__init__(
+            f"{feature} needs an optional dependency: pip install 'table-data-connector[{extra}]'"
+        )
+        #: The extra that provides it, e.g. ``"s3"``.
+        self.extra = extra
 
 
 class InputError(ConnectorError):
