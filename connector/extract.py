@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
-    "DEFAULT_CONCURRENCY",
     "CellWarning",
     "Extraction",
     "ExtractionError",
@@ -48,10 +47,10 @@ __all__ = [
     "string_array",
 ]
 
-#: Pages in flight at once after the first.
-DEFAULT_CONCURRENCY = 4
 #: Pages are gathered into record batches of about this many rows.
 BATCH_ROWS = 1000  # large enough that Arrow's per-call costs vanish
+#: Batches read ahead of a consumer that is busy (writing the one before, say).
+QUEUED_BATCHES = 8
 
 
 class Extraction:
@@ -71,11 +70,11 @@ class Extraction:
         columns: Sequence[str] | None = None,
         filter: Filter | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
-        concurrency: int = DEFAULT_CONCURRENCY,
+        concurrency: int | None = None,
     ) -> None:
         if not 2 <= page_size <= MAX_PAGE_SIZE:
             raise ConfigError(f"page size must be between 2 and {MAX_PAGE_SIZE}, not {page_size}")
-        if concurrency < 1:
+        if concurrency is not None and concurrency < 1:
             raise ConfigError(f"concurrency must be at least 1, not {concurrency}")
         self.table = table
         self.columns: tuple[Column, ...] = _select(table, columns)
@@ -96,8 +95,8 @@ class Extraction:
 
     async def __aiter__(self) -> AsyncIterator[pa.RecordBatch]:
         """The batches, read by the async core on the running loop. Pages are fetched ahead
-        while the consumer works on a batch (up to twice `concurrency` batches wait)."""
-        batches: asyncio.Queue[_Item] = asyncio.Queue(self._concurrency * 2)
+        while the consumer works on a batch (up to `QUEUED_BATCHES` batches wait)."""
+        batches: asyncio.Queue[_Item] = asyncio.Queue(QUEUED_BATCHES)
         task = asyncio.ensure_future(_fetch_all(self, batches.put))
         try:
             while (item := await batches.get()) is not None:
@@ -128,7 +127,7 @@ def read_batches(
     columns: Sequence[str] | None = None,
     filter: Filter | None = None,
     page_size: int = DEFAULT_PAGE_SIZE,
-    concurrency: int = DEFAULT_CONCURRENCY,
+    concurrency: int | None = None,
 ) -> Extraction:
     """Reads `table` as record batches of `arrow_schema(table, columns)`; see `Extraction`."""
     return Extraction(

@@ -16,7 +16,7 @@ from connector.api import DEFAULT_PAGE_SIZE, Client
 from connector.api.client import Filter
 from connector.api.models import TableSummary
 from connector.errors import NotFound, PermissionDenied, SkippedTableWarning
-from connector.extract import DEFAULT_CONCURRENCY, Extraction
+from connector.extract import Extraction
 from connector.modes import DEFAULT_PUSH_MODE, PushMode
 from connector.schema import Table
 from connector.tables import resolve_table, table_not_found
@@ -37,12 +37,14 @@ class Workspace:
         *,
         client: Client | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
-        concurrency: int = DEFAULT_CONCURRENCY,
+        max_concurrency: int | None = None,
     ) -> None:
         self._owns_client = client is None
-        self.client = client if client is not None else Client(base_url, api_key)
+        self.client = (
+            client if client is not None
+            else Client(base_url, api_key, max_concurrency=max_concurrency)
+        )
         self.page_size = page_size
-        self.concurrency = concurrency
 
     def __repr__(self) -> str:
         return f"Workspace(base_url={self.client.base_url!r})"
@@ -77,7 +79,6 @@ class Workspace:
             filter=filter,
             columns=columns,
             page_size=self.page_size,
-            concurrency=self.concurrency,
         )
 
     def read(

@@ -55,6 +55,12 @@ import httpx
 import orjson
 from tenacity import RetryCallState
 
+from connector.api.concurrency import (
+    DEFAULT_MAX_CONCURRENCY,
+    MAX_CONCURRENCY,
+    ConcurrencyLimit,
+    check_max_concurrency,
+)
 from connector.api.engine import Engine
 from connector.api.keys import (
     ENV_API_KEY,
@@ -93,6 +99,8 @@ Filter = Mapping[str, Mapping[str, Any]]
 FILTER_OPERATORS: tuple[str, ...] = ("eq", "gt")
 
 ENV_BASE_URL = "CONNECTOR_BASE_URL"
+#: The cap of requests in flight when none is given (`connector.api.concurrency`).
+ENV_MAX_CONCURRENCY = "CONNECTOR_MAX_CONCURRENCY"
 #: How a base URL must look, said in every error about one.
 BASE_URL_SHAPE = "base URL must look like https://host/v1"
 #: Retry waits are announced here when a client has no `on_retry` observer.
@@ -344,6 +352,26 @@ def _retry_after(response: httpx.Response) -> float | None:
     return min(max(seconds, 0.0), MAX_RETRY_AFTER)
 
 
+def _max_concurrency(value: int | None) -> int:
+    """The cap: `value`, else ``CONNECTOR_MAX_CONCURRENCY``, else the default."""
+    where = "max_concurrency"
+    if value is None:
+        raw = os.environ.get(ENV_MAX_CONCURRENCY, "").strip()
+        if not raw:
+            return DEFAULT_MAX_CONCURRENCY
+        where = ENV_MAX_CONCURRENCY
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ConfigError(
+                f"{where} must be an integer from 1 to {MAX_CONCURRENCY}, got {raw!r}"
+            ) from None
+    try:
+        return check_max_concurrency(value, where)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def _check_base_url(base_url: str, source: str) -> str:
     """`base_url` without a trailing slash, if a request can be sent to it; else a
     `BaseUrlError` saying what is wrong and where to fix it (`source`), showing the value
@@ -577,6 +605,8 @@ class Client:
 
     `transport` is the test seam (an httpx transport, sync or async), used by every read and
     write; `limiter` defaults to the one shared by every client of this key in the process.
+    `max_concurrency` caps the requests in flight, which the client adapts below the cap
+    (`connector.api.concurrency`; default ``CONNECTOR_MAX_CONCURRENCY``, else 32).
     Each method is one call of the async core (`aio`), run on this client's event loop.
     """
 
@@ -593,11 +623,12 @@ class Client:
         url_source: str | None = None,
         transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
         limiter: RateLimiter | None = None,
+        max_concurrency: int | None = None,
     ) -> None:
         self._aio = AsyncClient(
             base_url, api_key, timeout=timeout, retry=retry, max_wait=max_wait,
             on_retry=on_retry, key_source=key_source, url_source=url_source,
-            transport=transport, limiter=limiter,
+            transport=transport, limiter=limiter, max_concurrency=max_concurrency,
         )
         self._engine = Engine()
 
@@ -634,6 +665,11 @@ class Client:
     @property
     def limiter(self) -> RateLimiter:
         return self._aio.limiter
+
+    @property
+    def concurrency(self) -> ConcurrencyLimit:
+        """The requests in flight this client allows now, and the most it reached (`peak`)."""
+        return self._aio.concurrency
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Runs one operation written against `aio` (a coroutine) to completion, blocking.
@@ -767,11 +803,15 @@ class AsyncClient(_Settings):
         url_source: str | None = None,
         transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
         limiter: RateLimiter | None = None,
+        max_concurrency: int | None = None,
     ) -> None:
         super().__init__(
             base_url, api_key, timeout, retry, limiter, max_wait=max_wait, on_retry=on_retry,
             key_source=key_source, url_source=url_source,
         )
+        #: Requests in flight, adapted below the cap; shared by every read and write of
+        #: this client (`connector.api.concurrency`).
+        self.concurrency = ConcurrencyLimit(_max_concurrency(max_concurrency))
         #: Where requests go straight to; None: through `httpx.AsyncClient.send`, which
         #: picks the proxy the environment names (HTTP_PROXY, NO_PROXY...) as httpx does.
         self._transport: httpx.AsyncBaseTransport | None
@@ -818,14 +858,24 @@ class AsyncClient(_Settings):
         raise AssertionError("unreachable: tenacity reraises the last failure")
 
     async def _try(self, call: _Call[T], *, replay: bool) -> T:
-        wait = self.limiter.reserve()
-        if wait > 0:
-            await asyncio.sleep(wait)
-        request = self._request(self._http, call)
+        await self.concurrency.acquire()
+        latency: float | None = None
+        ok = False
         try:
-            response = await self._exchange(request)
-        except httpx.HTTPError as exc:
-            raise self._transport_error(exc, call) from exc
+            wait = self.limiter.reserve()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            request = self._request(self._http, call)
+            started = time.monotonic()
+            try:
+                response = await self._exchange(request)
+            except httpx.HTTPError as exc:
+                latency = time.monotonic() - started
+                raise self._transport_error(exc, call) from exc
+            latency = time.monotonic() - started
+            ok = response.status_code != 429 and response.status_code < 500
+        finally:
+            self.concurrency.release(latency, ok=ok)
         return self._finish(call, response, replay)
 
     async def _exchange(self, request: httpx.Request) -> httpx.Response:

@@ -8,7 +8,8 @@ each page. Any page may apply a smaller limit than asked, and than the page befo
 reference server cuts a page by size, --max-response-bytes, to as few as two rows, and
 reports how many in `limit`): a page's successor starts at its own offset plus its own
 limit less the overlap, and a page with fewer rows than its own limit ends the read. The
-pages after the first are fetched concurrently (at most `concurrency` in flight) at offsets
+pages after the first are fetched concurrently (as many in flight as the client's adaptive
+limit allows, `connector.api.concurrency`, or a read's own `concurrency`) at offsets
 predicted from the latest applied limit, and handed over in order; a page that comes back
 with a smaller limit leaves a hole before the one planned after it, fetched first. The
 reader asks for two rows at least (one row cannot overlap the next page); a server that
@@ -231,7 +232,7 @@ class _Plan:
         """Starts holes first, then pages past the last planned, while fewer than
         `concurrency` run (finished pages may wait for an earlier one, up to `AHEAD` per
         request in flight: one stalled by a Retry-After)."""
-        concurrency = self._reader._concurrency
+        concurrency = self._reader.window()
         finished = [_finished(task) for _, task in self.pending]
         for page in finished:
             if page is not None:
@@ -299,7 +300,7 @@ class PageReader:
         fields: Sequence[str],
         filter: Mapping[str, Mapping[str, Any]],
         page_size: int,
-        concurrency: int,
+        concurrency: int | None,
         emit: Callable[[Cells], Awaitable[None]],
     ) -> None:
         self._client = client
@@ -322,6 +323,10 @@ class PageReader:
         #: Repairs in a row that emitted nothing new; `MAX_RESUMES` of them end the read.
         self._idle = 0
         self.resumes = 0
+
+    def window(self) -> int:
+        """Pages to keep in flight: the read's own cap, else what the client allows now."""
+        return self._concurrency or self._client.concurrency.level
 
     async def read(self) -> None:
         try:

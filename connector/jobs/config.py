@@ -23,6 +23,7 @@ from typing import Any, Literal, cast
 
 from connector.api import MAX_PAGE_SIZE
 from connector.api.client import FILTER_OPERATORS
+from connector.api.concurrency import MAX_CONCURRENCY
 from connector.api.retry import check_max_wait
 from connector.errors import ConfigError
 from connector.modes import PUSH_MODES, WRITE_MODES, PushMode, WriteMode
@@ -62,7 +63,9 @@ class Source:
     base_url_env: str
     api_key_env: str
     page_size: int = 100
-    concurrency: int = 4
+    #: The most requests in flight to this server at once (the client adapts below it);
+    #: None: the client's default (`connector.api.DEFAULT_MAX_CONCURRENCY`).
+    max_concurrency: int | None = None
     #: Seconds a request may spend retrying in all (the client's ``max_wait``); None: the
     #: client's default (``--max-wait``, ``CONNECTOR_MAX_WAIT``, else 120).
     max_wait: float | None = None
@@ -191,7 +194,7 @@ def one_shot_job(
     tables: Sequence[str] = (),
     base_url: str | None = None,
     page_size: int = 100,
-    concurrency: int = 4,
+    max_concurrency: int | None = None,
 ) -> Job:
     """The job a command (`export`, `load`) runs: `tables` (default every one) read in full
     into `destination`, with the URL and key from the usual environment variables."""
@@ -200,7 +203,7 @@ def one_shot_job(
         base_url_env=DEFAULT_BASE_URL_ENV,
         api_key_env=DEFAULT_KEY_ENV,
         page_size=page_size,
-        concurrency=concurrency,
+        max_concurrency=max_concurrency,
     )
     return Job(
         path=Path(command),
@@ -378,11 +381,21 @@ class _Parser:
             base_url_env=base_url_env,
             api_key_env=key_env,
             page_size=section.integer("page_size", 100, low=2, high=MAX_PAGE_SIZE),  # reads overlap a row
-            concurrency=section.integer("concurrency", 4, low=1, high=32),
+            max_concurrency=self.max_concurrency(section),
             max_wait=self.max_wait(section),
         )
         section.done()
         return source
+
+    def max_concurrency(self, section: _Section) -> int | None:
+        """`max_concurrency`; `concurrency` is its first-wave name, still read."""
+        if "max_concurrency" in section.data and "concurrency" in section.data:
+            raise self.error(
+                section.key("concurrency"), "give max_concurrency or concurrency, not both"
+            )
+        name = "concurrency" if "concurrency" in section.data else "max_concurrency"
+        value = section.integer(name, 0, low=1, high=MAX_CONCURRENCY)
+        return value or None
 
     def max_wait(self, section: _Section) -> float | None:
         value = section.get("max_wait")

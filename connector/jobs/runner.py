@@ -708,7 +708,7 @@ class _Table:
             columns=columns,
             filter=filter or None,
             page_size=page_size or self.job.source.page_size,
-            concurrency=self.job.source.concurrency,
+            concurrency=None,
         )
 
     def _ids(self, filter: Mapping[str, Any]) -> IdSet:

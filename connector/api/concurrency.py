@@ -1,0 +1,150 @@
+"""How many requests may be in flight to one server: learned while a run goes, capped.
+
+A fixed level is wrong everywhere but one place: 4 requests in flight leave most of a server
+100 ms away idle, and 32 on a server already busy only queue. So the level adapts, as TCP's
+window does, from what each answer says:
+
+* **slow start**: from ``INITIAL``, the level doubles every round (a round is as many
+  answers as the level: about one round trip) in which it was used in full, the answers
+  were clean and their latency stayed near the fastest seen (within ``TOLERANCE`` of it,
+  plus ``SLACK``): the server keeps up, so more in flight is more throughput;
+* **congestion avoidance**: after the first cut, it grows by one per such round;
+* **backing off**: a round with a 429, a 5xx or a transport failure multiplies the level by
+  ``BACKOFF``; a round whose latency inflated past the tolerance (requests queue at the
+  server or in our own loop) by ``EASE``, but not below ``INITIAL``: a loaded machine
+  still overlaps a few requests, which is always faster than one at a time.
+
+The cap (`maximum`: ``--max-concurrency``, ``source.max_concurrency``) bounds it. Pacing
+of request *starts* after 429s is the rate limiter's job (`connector.api.ratelimit`); the
+two compose: the pacer spaces requests out, this bounds how many are outstanding.
+
+One `ConcurrencyLimit` belongs to one client and its event loop; every table a run reads
+in parallel and every request of a push share it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+__all__ = [
+    "DEFAULT_MAX_CONCURRENCY",
+    "INITIAL",
+    "MAX_CONCURRENCY",
+    "ConcurrencyLimit",
+    "check_max_concurrency",
+]
+
+#: The cap unless one is set: enough for a server 100 ms away, gentle on one that is near.
+DEFAULT_MAX_CONCURRENCY = 32
+#: The highest cap a setting may ask for (the client's connection pool holds 64).
+MAX_CONCURRENCY = 64
+#: Requests in flight at the start, and the floor of latency-driven cuts.
+INITIAL = 4
+#: A round's mean latency counts as inflated past TOLERANCE x the fastest, plus SLACK seconds.
+TOLERANCE = 2.0
+SLACK = 0.005
+#: The level after a round with an error answer (429, 5xx, transport failure).
+BACKOFF = 0.7
+#: The level after a round whose latency inflated.
+EASE = 0.9
+
+
+def check_max_concurrency(value: int, where: str = "max_concurrency") -> int:
+    """A cap a setting may hold: 1 to `MAX_CONCURRENCY` (`ValueError` naming `where`)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CONCURRENCY:
+        raise ValueError(f"{where} must be an integer from 1 to {MAX_CONCURRENCY}, got {value!r}")
+    return value
+
+
+class ConcurrencyLimit:
+    """Bounds the requests in flight; learns the bound from answers (see the module doc)."""
+
+    def __init__(
+        self,
+        maximum: int = DEFAULT_MAX_CONCURRENCY,
+        *,
+        initial: int = INITIAL,
+    ) -> None:
+        self.maximum = check_max_concurrency(maximum)
+        self._floor = min(initial, self.maximum)
+        self._level = float(self._floor)
+        self._slow_start = True
+        self._in_flight = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._fastest = float("inf")
+        # the current round: answers, their summed latency, errors, and whether it was full
+        self._answers = 0
+        self._latency = 0.0
+        self._errors = 0
+        self._full = False
+        #: The highest level reached, for summaries and benchmarks.
+        self.peak = int(self._level)
+
+    @property
+    def level(self) -> int:
+        """Requests allowed in flight now."""
+        return max(1, int(self._level))
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    async def acquire(self) -> None:
+        """Waits for a free slot (first come, first served); `release` gives it back."""
+        if self._in_flight >= self.level or self._waiters:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    self._in_flight -= 1  # granted as we were cancelled: hand it on
+                    self._wake()
+                else:
+                    self._waiters.remove(waiter)
+                raise
+        else:
+            self._in_flight += 1
+        if self._in_flight >= self.level:
+            self._full = True
+
+    def release(self, latency: float | None, *, ok: bool = True) -> None:
+        """One request is done after `latency` seconds; `ok` False for a 429, a 5xx or a
+        transport failure. None: it got no answer to learn from (cancelled)."""
+        self._in_flight -= 1
+        if latency is None:
+            self._wake()
+            return
+        if ok:
+            self._fastest = min(self._fastest, latency)
+            self._latency += latency
+        else:
+            self._errors += 1
+        self._answers += 1
+        if self._answers >= self.level:
+            self._end_round()
+        self._wake()
+
+    def _end_round(self) -> None:
+        clean = self._answers - self._errors
+        mean = self._latency / clean if clean else 0.0
+        if self._errors:
+            self._slow_start = False
+            self._level = max(1.0, self._level * BACKOFF)
+        elif mean > self._fastest * TOLERANCE + SLACK:
+            self._slow_start = False
+            self._level = max(float(self._floor), min(self._level, self._level * EASE))
+        elif self._full:  # the level held us back and the server kept up: offer more
+            grown = self._level * 2 if self._slow_start else self._level + 1
+            self._level = min(float(self.maximum), grown)
+        self.peak = max(self.peak, self.level)
+        self._answers, self._latency, self._errors = 0, 0.0, 0
+        self._full = self._in_flight >= self.level
+
+    def _wake(self) -> None:
+        while self._waiters and self._in_flight < self.level:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self._in_flight += 1
+                waiter.set_result(None)
