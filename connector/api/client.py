@@ -645,6 +645,12 @@ class Client:
         """Closes the connections and stops the client's event loop (and helper thread)."""
         self._engine.close(self._aio.aclose())
 
+    def cancel(self) -> None:
+        """Cancels the calls other threads are waiting for, and refuses new ones
+        (`EngineError`) until `close`: how a stopped run ends the tables it reads in
+        parallel. The calling thread's own call, if any, is ended by its interrupt."""
+        self._engine.cancel()
+
     @property
     def aio(self) -> AsyncClient:
         """The async core every call goes through: await it inside `run` or `stream`."""

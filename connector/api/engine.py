@@ -4,9 +4,11 @@ Every blocking call is one coroutine of the async core run to completion on that
 
 * where the calling thread runs no event loop (scripts, jobs, the CLI), the loop is driven
   right here (`run_until_complete`, one thread at a time): no thread hop at all;
-* where it already runs one (a Jupyter kernel), that loop cannot be re-entered, so the
-  engine starts ONE helper thread that runs the client's loop from then on, for the rest
-  of the client's life; calls are submitted to it and waited for.
+* where it already runs one (a Jupyter kernel), that loop cannot be re-entered, and where
+  several threads call at once (a run reading tables in parallel), one loop cannot be
+  driven from two places: the engine starts ONE helper thread that runs the client's loop
+  from then on, for the rest of the client's life; calls are submitted to it and waited
+  for, from any number of threads, and share its connections and limits.
 
 Either way there is one loop per client, so its connections, its rate limiter and every
 task a read leaves running (pages fetched ahead) stay on that loop. An async generator is
@@ -17,6 +19,7 @@ next item, and the generator is closed (its tasks cancelled) when the consumer s
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import threading
 from collections.abc import AsyncIterable, AsyncIterator, Coroutine, Iterator
@@ -37,6 +40,9 @@ class Engine:
         self._lock = threading.Lock()  # one thread drives the loop inline at a time
         self._thread: threading.Thread | None = None
         self._closed = False
+        #: Calls other threads wait for on the helper thread (`cancel` ends them).
+        self._waiting: set[concurrent.futures.Future[Any]] = set()
+        self._cancelled = False
 
     def __repr__(self) -> str:
         mode = "closed" if self._closed else "helper thread" if self._thread else "inline"
@@ -55,18 +61,27 @@ class Engine:
                 "a blocking Client method was called from a coroutine running on that client's "
                 "loop; await the async core (`Client.aio`) there instead"
             )
-        if running is None:
-            with self._lock:
+        if running is None and self._lock.acquire(blocking=False):
+            try:
                 if self._thread is None:
                     return self._run_here(coro)
-        else:
-            self._start_thread()
+            finally:
+                self._lock.release()
+        # A running loop here (Jupyter), or another thread drives ours inline right now
+        # (tables read in parallel): from now on the loop runs on its own thread.
+        self._start_thread()
+        if self._cancelled:
+            coro.close()
+            raise EngineError("the client's calls were cancelled: the run is stopping")
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        self._waiting.add(future)
         try:
             return future.result()
         except BaseException:
             future.cancel()  # e.g. KeyboardInterrupt while waiting: the task is cancelled too
             raise
+        finally:
+            self._waiting.discard(future)
 
     def stream(self, items: AsyncIterable[T]) -> Iterator[T]:
         """Iterates an async iterable from blocking code, item by item, on the engine's loop.
@@ -84,12 +99,21 @@ class Engine:
         finally:
             self._close_iterator(iterator)
 
+    def cancel(self) -> None:
+        """Cancels every call other threads wait for on the helper thread, and refuses new
+        ones from then on (`EngineError`): a run stopped by Ctrl-C ends its parallel
+        tables at once instead of after their current page. Closing still works."""
+        self._cancelled = True
+        for future in list(self._waiting):
+            future.cancel()
+
     def close(self, last: Coroutine[Any, Any, None] | None = None) -> None:
         """Runs `last` (the core's `aclose()`), then stops the helper thread and the loop."""
         if self._closed:
             if last is not None:
                 last.close()
             return
+        self._cancelled = False
         try:
             if last is not None:
                 self.run(last)

@@ -69,6 +69,7 @@ in the result (`TableResult.verified`).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import signal
@@ -76,6 +77,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -87,7 +89,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connector.api import MAX_PAGE_SIZE, Client
+from connector.api import MAX_PAGE_SIZE, AsyncClient, Client
 from connector.api.retry import RetryEvent
 from connector.errors import (
     ApiValidationError,
@@ -125,6 +127,14 @@ __all__ = [
 
 #: The cursor of a table that was empty when synced: every row is newer.
 EPOCH = "1970-01-01T00:00:00.000000Z"
+#: Tables read at once (each a thread). Their requests share the client's one adaptive
+#: concurrency limit, so this bounds the threads and open writers, not the load.
+TABLE_WORKERS = 16
+#: Destinations that take several tables' writes at once: a file per table, a server
+#: database. Others (SQLite and other embedded databases: one writer per file) are written
+#: one table at a time while their tables are read in parallel, each to a spool first.
+PARALLEL_KINDS = frozenset({"parquet", "csv"})
+PARALLEL_DATABASES = ("postgresql",)
 
 #: Receives progress events: an event name and its fields (the CLI prints them).
 Reporter = Callable[..., None]
@@ -211,6 +221,10 @@ class RunSummary:
     error: str | None = None
     seconds: float = 0.0
     verified: bool = False
+    #: The most requests the run had in flight at once (its adaptive level's peak), and
+    #: the cap it adapted under (``--max-concurrency``); 0 when it made no request.
+    concurrency: int = 0
+    max_concurrency: int = 0
 
     def count(self, status: Status) -> int:
         return sum(t.status == status for t in self.tables)
@@ -379,6 +393,7 @@ def _run_job(
     tables: list[TableResult] = []
     error: str | None = None
     run: _Run | None = None
+    client: Client | None = None
     pushing: PushSpec | None = None  # the push in flight
     state = JobState()
     try:
@@ -397,7 +412,7 @@ def _run_job(
                             _check(job, sink)
                     client = stack.enter_context(Client(
                         base_url, key, transport=transport, max_wait=job.source.max_wait,
-                        on_retry=on_retry,
+                        on_retry=on_retry, max_concurrency=job.source.max_concurrency,
                     ))
                     run = _Run(job, client, state, sinks, dry_run, verify, emit, show_progress)
                     chosen = run.choose() if sinks else None  # a bad filter stops the pushes too
@@ -416,7 +431,9 @@ def _run_job(
                     error = str(exc)
                     tables = list(run.results) if run is not None else []
                     emit("error", error=error)
-            summary = _summarise(job, tables, pushes, error, started, began, dry_run, verify)
+            summary = _with_concurrency(
+                _summarise(job, tables, pushes, error, started, began, dry_run, verify), client
+            )
             if stateful:
                 record = RunRecord(
                     started_at=summary.started_at,
@@ -438,7 +455,9 @@ def _run_job(
             ))
             emit("push", **asdict(pushes[-1]))
         summary = replace(
-            _summarise(job, tables, pushes, None, started, began, dry_run, verify),
+            _with_concurrency(
+                _summarise(job, tables, pushes, None, started, began, dry_run, verify), client
+            ),
             status="interrupted",
             exit_code=interrupt_code(exc),
             error=_interrupt_message(exc),
@@ -476,6 +495,13 @@ def _summarise(
         seconds=round(time.monotonic() - began, 3),
         verified=verify and not dry_run,
     )
+
+
+def _with_concurrency(summary: RunSummary, client: Client | None) -> RunSummary:
+    if client is None:
+        return summary
+    limit = client.concurrency
+    return replace(summary, concurrency=limit.peak, max_concurrency=limit.maximum)
 
 
 def _check(job: Job, sink: Sink) -> None:
@@ -538,6 +564,14 @@ class _Run:
         self.names: dict[str, str] = {}
         #: Row counts from the listing: the length of a full read's progress bar.
         self.listed_rows: dict[str, int] = {}
+        #: Set while tables run in parallel: one bar for all of them, and a lock per
+        #: database destination (one table written at a time; see `PARALLEL_KINDS`).
+        self.parallel = False
+        self.bar: Progress | None = None
+        self._locks = {id(s): threading.Lock() for s in sinks}
+        self._lock = threading.Lock()  # results, state and events, shared by the threads
+        #: Set when a table hit an error that ends the run (or a stop): no table starts.
+        self.halt = threading.Event()
 
     def choose(self) -> _Chosen:
         """The tables to copy, resolved by the one resolver and checked against their columns.
@@ -563,7 +597,7 @@ class _Run:
             wanted = [s.id for s in summaries]
         else:
             wanted = list(
-                dict.fromkeys(resolve(v, "" if self.job.one_shot else "tables.include: ")
+                dict.fromkeys(resolve(v, "--table: " if self.job.one_shot else "tables.include: ")
                               for v in selection.include)
             )
         excluded = set()
@@ -580,9 +614,12 @@ class _Run:
         chosen = _Chosen()
         self.names = target_names(summaries)
         self.listed_rows = {s.id: s.rows for s in summaries}
-        for table_id in (t for t in wanted if t not in excluded):
+        ids = [t for t in wanted if t not in excluded]
+        for table_id, answer in zip(ids, self.client.run(_schemas(self.client.aio, ids)), strict=True):
             try:
-                table = self.client.get_table(table_id)
+                if isinstance(answer, ConnectorError):
+                    raise answer
+                table = answer
             except NotFound:
                 if table_id in listed:  # deleted since it was listed
                     self._record(TableResult(table_id, table_id, "failed", error="table deleted"))
@@ -601,15 +638,60 @@ class _Run:
         return chosen
 
     def _record(self, result: TableResult) -> TableResult:
-        self.results.append(result)
-        self.emit("table", **asdict(result))
+        with self._lock:
+            self.results.append(result)
+            self.emit("table", **asdict(result))
         return result
 
+    def note(self, table: Table, note: str) -> None:
+        with self._lock:
+            self.emit("note", table=table.name, note=note)
+
+    def save(self, table: TableState) -> None:
+        """Record a table's new state and write the state file (after its commit)."""
+        with self._lock:
+            self.state = self.state.with_table(table)
+            save_state(self.job.state_path, self.state)
+
     def all_tables(self, chosen: _Chosen) -> list[TableResult]:
+        """Every chosen table: one after another, or up to `TABLE_WORKERS` at once."""
+        work = chosen.tables
+        workers = min(len(work), TABLE_WORKERS, self.client.concurrency.maximum)
         with tempfile.TemporaryDirectory(prefix="connector-sync-") as tmp:
-            for table, filter in chosen.tables:
-                self.one_table(table, filter, Path(tmp))
+            if workers <= 1:
+                for table, filter in work:
+                    self.one_table(table, filter, Path(tmp))
+            else:
+                self._in_parallel(work, workers, Path(tmp))
         return list(self.results)
+
+    def _in_parallel(
+        self, work: list[tuple[Table, dict[str, dict[str, Any]]]], workers: int, tmp: Path
+    ) -> None:
+        """Tables on `workers` threads sharing the client (its loop moves to a thread of its
+        own, `connector.api.engine`). An error that ends the run (a bad key, a setting), or
+        a stop, lets no table start and cancels the requests of those in flight; each of
+        those rolls back as a single table stopped mid-way does."""
+        self.parallel = True
+        total = sum(self.listed_rows.get(t.id, 0) for t, f in work if not f)
+        label = f"{len(work)} tables"
+        bar_wanted = self.show_progress is not False
+        with (
+            progress(label, total or None, enabled=self.show_progress) if bar_wanted
+            else nullcontext(None) as bar,
+            ThreadPoolExecutor(workers, thread_name_prefix="connector-table") as pool,
+        ):
+            self.bar = None if bar is None else _LockedBar(bar)
+            futures = [pool.submit(self.one_table, t, f, tmp) for t, f in work]
+            try:
+                for future in as_completed(futures):
+                    future.result()
+            except BaseException:
+                self.halt.set()
+                for future in futures:
+                    future.cancel()
+                self.client.cancel()
+                raise
 
     def _filter(self, table: Table, conditions: Iterable[Any]) -> dict[str, dict[str, Any]]:
         conditions = tuple(conditions)
@@ -623,8 +705,10 @@ class _Run:
 
     def one_table(
         self, table: Table, filter: dict[str, dict[str, Any]], tmp: Path
-    ) -> TableResult:
+    ) -> TableResult | None:
         raise_if_stopped()
+        if self.halt.is_set():
+            return None
         began = time.monotonic()
         try:
             result = _Table(self, table, filter, tmp).run()
@@ -633,8 +717,59 @@ class _Run:
         except (ConfigError, AuthError):
             raise
         except ConnectorError as exc:
+            if self.halt.is_set():  # its requests were cancelled: it is not a result
+                raise_if_stopped()
+                return None
             result = TableResult(table.name, table.id, "failed", error=str(exc))
         return self._record(replace(result, seconds=round(time.monotonic() - began, 3)))
+
+    @contextmanager
+    def writing(self, sinks: Sequence[Sink]) -> Iterator[None]:
+        """Holds the database destinations among `sinks` for one table's writes, while
+        tables run in parallel (one that takes parallel writes is not held)."""
+        if not self.parallel:
+            yield
+            return
+        held = [self._locks[id(s)] for s in sinks if not _parallel_writes(s)]
+        with ExitStack() as stack:
+            for lock in held:  # always in the sinks' order: no two tables wait on each other
+                stack.enter_context(lock)
+            yield
+
+    def streams_into(self, sink: Sink) -> bool:
+        """Whether a table may stream straight into `sink` (else it spools, then writes)."""
+        return not self.parallel or _parallel_writes(sink)
+
+
+async def _schemas(client: AsyncClient, ids: Sequence[str]) -> list[Table | ConnectorError]:
+    """Every table's schema, fetched at once (each answer, or the error it met)."""
+
+    async def one(table_id: str) -> Table | ConnectorError:
+        try:
+            return await client.get_table(table_id)
+        except ConnectorError as exc:
+            return exc
+
+    return list(await asyncio.gather(*(one(i) for i in ids)))
+
+
+def _parallel_writes(sink: Sink) -> bool:
+    where = sink.destination
+    return where.kind in PARALLEL_KINDS or (
+        where.kind == "sql" and where.target.startswith(PARALLEL_DATABASES)
+    )
+
+
+class _LockedBar:
+    """A progress bar several table threads update."""
+
+    def __init__(self, bar: Progress) -> None:
+        self._bar = bar
+        self._lock = threading.Lock()
+
+    def update(self, n_steps: int) -> None:
+        with self._lock:
+            self._bar.update(n_steps)
 
 
 class _Table:
@@ -667,13 +802,18 @@ class _Table:
             and previous.cursor is not None
             and previous.schema == self.fingerprint
             and "updated_at" not in table.column_names  # the filter would hit the user column
-            and all(s.exists(table, self.name) for s in self.sinks)
+            and self._all_exist()
         )
         if self.run_.dry_run:
             return self._plan(previous if incremental else None)
         if self.run_.verify and any(self._merges(job.incremental)):
             return self._verify()
-        if not incremental and len(self.sinks) == 1 and not any(self._merges(False)):
+        if (
+            not incremental
+            and len(self.sinks) == 1
+            and not any(self._merges(False))
+            and self.run_.streams_into(self.sinks[0])
+        ):
             return self._stream()
         spool = _Spool(self.tmp / f"{table.id}.arrow", self.schema, self.system)
         try:
@@ -686,9 +826,16 @@ class _Table:
                     spool.extend(_counted(self._read(self.filter), bar))
                 cursor, since, present = newest or spool.cursor or EPOCH, None, spool.ids()
             spool.close()
-            return self._write(spool, cursor, incremental=incremental, since=since, present=present)
+            with self.run_.writing(self.sinks):
+                return self._write(
+                    spool, cursor, incremental=incremental, since=since, present=present
+                )
         finally:
             spool.discard()
+
+    def _all_exist(self) -> bool:
+        with self.run_.writing(self.sinks):
+            return all(s.exists(self.table, self.name) for s in self.sinks)
 
     def _merges(self, incremental: bool) -> list[bool]:
         return [incremental or s.destination.mode == "merge" for s in self.sinks]
@@ -717,8 +864,8 @@ class _Table:
 
     def _bar(self, *, full: bool = True) -> Any:
         """A progress bar for a read (its length: the listed row count, for a full read)."""
-        if self.run_.show_progress is False:
-            return nullcontext(None)
+        if self.run_.show_progress is False or self.run_.parallel:
+            return nullcontext(self.run_.bar)
         total = self.run_.listed_rows.get(self.table.id) if full and not self.filter else None
         return progress(self.table.name, total or None, enabled=self.run_.show_progress)
 
@@ -784,7 +931,7 @@ class _Table:
         return newest or spool.cursor or cursor, None, IdSet.of_hashes(ids)
 
     def emit_note(self, note: str) -> None:
-        self.run_.emit("note", table=self.table.name, note=note)
+        self.run_.note(self.table, note)
 
     # --- deletions ----------------------------------------------------------------------
 
@@ -951,34 +1098,35 @@ class _Table:
             written = deleted = 0
             read = spool.ids()
             raise_if_stopped()
-            for sink, merge in zip(self.sinks, self._merges(job.incremental), strict=True):
-                if not merge:  # replaced or appended, as a full run does
-                    written = max(written, sink.write(
-                        spool.batches(), table, self.schema, sink.destination.mode,
-                        name=self.name,
-                    ))
-                    continue
-                missing, different, extra = upstream.compare(
-                    sink.digest(table, self.name, self.schema), spool
-                )
-                if job.deletes == "keep":
-                    extra = no_ids()
-                found += Verified(len(missing), len(different), len(extra))
-                rewrite = IdSet.of([missing, different])
-                if len(rewrite) or len(extra):
-                    only = _concat([missing, different])
-                    sink.write(
-                        spool.batches(only=only),
-                        table,
-                        self.schema,
-                        "merge",
-                        name=self.name,
-                        deleted=extra,
-                        changed=rewrite,
-                        mark=job.deletes == "mark",
+            with self.run_.writing(self.sinks):
+                for sink, merge in zip(self.sinks, self._merges(job.incremental), strict=True):
+                    if not merge:  # replaced or appended, as a full run does
+                        written = max(written, sink.write(
+                            spool.batches(), table, self.schema, sink.destination.mode,
+                            name=self.name,
+                        ))
+                        continue
+                    missing, different, extra = upstream.compare(
+                        sink.digest(table, self.name, self.schema), spool
                     )
-                written = max(written, len(rewrite))
-                deleted = max(deleted, len(extra))
+                    if job.deletes == "keep":
+                        extra = no_ids()
+                    found += Verified(len(missing), len(different), len(extra))
+                    rewrite = IdSet.of([missing, different])
+                    if len(rewrite) or len(extra):
+                        only = _concat([missing, different])
+                        sink.write(
+                            spool.batches(only=only),
+                            table,
+                            self.schema,
+                            "merge",
+                            name=self.name,
+                            deleted=extra,
+                            changed=rewrite,
+                            mark=job.deletes == "mark",
+                        )
+                    written = max(written, len(rewrite))
+                    deleted = max(deleted, len(extra))
             self._save(newest or spool.cursor or EPOCH, len(read))
         finally:
             spool.discard()
@@ -997,8 +1145,7 @@ class _Table:
     def _save(self, cursor: str, rows: int) -> None:
         if self.job.one_shot:
             return
-        run = self.run_
-        run.state = run.state.with_table(
+        self.run_.save(
             TableState(
                 table_id=self.table.id,
                 name=self.table.name,
@@ -1008,7 +1155,6 @@ class _Table:
                 synced_at=_now(),
             )
         )
-        save_state(self.job.state_path, run.state)
 
     def _plan(self, previous: TableState | None) -> TableResult:
         """Dry run: how many rows a real run would read, and how.
@@ -1084,6 +1230,7 @@ def _concat(arrays: Iterable[pa.Array]) -> pa.Array:
 
 def _counted(batches: Iterable[pa.RecordBatch], bar: Progress | None) -> Iterator[pa.RecordBatch]:
     for batch in batches:
+        raise_if_stopped()  # a table thread sees a stop at its next batch
         if bar is not None:
             bar.update(batch.num_rows)
         yield batch

@@ -50,7 +50,7 @@ def process(server: RunningServer | None, *args: str, **env: str) -> subprocess.
 
 SUMMARY_FIELDS = {"job", "status", "exit_code", "dry_run", "started_at", "finished_at",
                   "state_file", "destinations", "tables", "pushes", "error", "seconds",
-                  "verified", "totals"}
+                  "verified", "totals", "concurrency", "max_concurrency"}
 
 
 @pytest.fixture(scope="module")
