@@ -26,7 +26,6 @@ from connector.errors import ConfigError, NotFound
 from connector.load.atomic import atomic_path
 from connector.progress import progress as progress_bar
 from connector.push.apply import (
-    DEFAULT_CONCURRENCY,
     PushResult,
     Rejected,
     apply_plan,
@@ -82,7 +81,7 @@ def push(
     allow_delete: int | None = None,
     plan_out: str | Path | None = None,
     rejects: str | Path | None = None,
-    concurrency: int = DEFAULT_CONCURRENCY,
+    concurrency: int | None = None,
     progress: bool | None = None,
     date_format: str | None = None,
 ) -> PushResult:
@@ -116,7 +115,7 @@ def apply(
     plan: Plan | str | Path,
     *,
     rejects: str | Path | None = None,
-    concurrency: int = DEFAULT_CONCURRENCY,
+    concurrency: int | None = None,
     progress: bool | None = None,
 ) -> PushResult:
     """Apply a saved plan; `PlanError` (nothing written) if the rows it touches changed since."""
@@ -143,7 +142,7 @@ async def _push(
     allow_delete: int | None,
     plan_out: str | Path | None,
     rejects: str | Path | None,
-    concurrency: int,
+    concurrency: int | None,
     progress: bool | None,
     date_format: str | None,
 ) -> PushResult:
@@ -163,7 +162,7 @@ async def _push(
 
 
 async def _apply_saved(
-    client: AsyncClient, plan: Plan, rejects: str | Path | None, concurrency: int,
+    client: AsyncClient, plan: Plan, rejects: str | Path | None, concurrency: int | None,
     progress: bool | None,
 ) -> PushResult:
     started = time.perf_counter()
@@ -175,7 +174,7 @@ async def _apply_saved(
 
 
 async def _apply(
-    client: AsyncClient, plan: Plan, rejects: str | Path | None, concurrency: int,
+    client: AsyncClient, plan: Plan, rejects: str | Path | None, concurrency: int | None,
     progress: bool | None,
 ) -> PushResult:
     if plan.is_empty:
@@ -198,8 +197,8 @@ async def _resolve(client: AsyncClient, name_or_id: str) -> Table:
         raise table_not_found(tables, name_or_id) from None
 
 
-def _check_concurrency(concurrency: int) -> None:
-    if concurrency < 1:
+def _check_concurrency(concurrency: int | None) -> None:
+    if concurrency is not None and concurrency < 1:
         raise ConfigError(f"concurrency must be at least 1, not {concurrency}")
 
 

@@ -57,7 +57,6 @@ from connector.push.plan import (
 )
 
 __all__ = [
-    "DEFAULT_CONCURRENCY",
     "PushResult",
     "Rejected",
     "apply_plan",
@@ -66,8 +65,6 @@ __all__ = [
     "written_before",
 ]
 
-#: Write requests in flight at once.
-DEFAULT_CONCURRENCY = 8
 #: Re-reads after ambiguous failures of one batch before giving up (a rerun converges).
 MAX_RECOVERIES = 5
 #: A re-read waits this long to start, so failures arriving together share one read.
@@ -107,6 +104,8 @@ class PushResult:
     #: Wall time of the whole push (read, plan and writes).
     seconds: float = 0.0
     dry_run: bool = False
+    #: The most write requests in flight at once (the client's adaptive level's peak).
+    concurrency: int = 0
 
     @property
     def applied(self) -> Counts:
@@ -127,15 +126,18 @@ async def apply_plan(
     client: AsyncClient,
     plan: Plan,
     *,
-    concurrency: int = DEFAULT_CONCURRENCY,
+    concurrency: int | None = None,
     bar: Progress | None = None,
 ) -> PushResult:
     """Send `plan`'s writes (creates, then updates, then deletes) and count what happened.
 
+    As many requests are in flight as the client's adaptive limit allows (`concurrency`, if
+    given, caps this apply below it).
+
     Everything, re-reads after ambiguous failures included, is awaited on `client` (a
     `Client`'s async core, `Client.aio`) in this one coroutine.
     """
-    run = _Run(client, plan, asyncio.Semaphore(concurrency), bar)
+    run = _Run(client, plan, asyncio.Semaphore(concurrency or client.concurrency.maximum), bar)
     started = time.perf_counter()
     ids = [d.id for d in plan.deletes]
     try:
@@ -187,6 +189,7 @@ class _Run:
             requests=self.requests,
             rereads=self.rereads,
             seconds=seconds,
+            concurrency=self.client.concurrency.peak,
         )
 
     async def send(self, request: Callable[[], Awaitable[T]]) -> T:

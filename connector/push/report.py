@@ -124,10 +124,12 @@ def summary(
     rejects_file: str | Path | None = None,
     plan_file: str | Path | None = None,
     interrupted: bool = False,
+    max_concurrency: int = 0,
 ) -> dict[str, Any]:
     """The JSON summary of one `command` (``push`` or ``apply``); `result` may be None
     (nothing was planned) and is what was written before `error` when both are given.
-    `interrupted`: stopped by Ctrl-C (status ``interrupted``, exit code 130)."""
+    `interrupted`: stopped by Ctrl-C (status ``interrupted``, exit code 130).
+    `max_concurrency`: the client's cap (the result carries the level it reached)."""
     if interrupted:
         status, code = "interrupted", int(ExitCode.INTERRUPTED)
     elif error is not None:
@@ -181,6 +183,8 @@ def summary(
         "error": head,
         "seconds": round(seconds, 3),
         "verified": False,
+        "concurrency": result.concurrency if result is not None else 0,
+        "max_concurrency": max_concurrency,
         "totals": {
             "tables": 0, "ok": 0, "unchanged": 0, "planned": 0, "skipped": 0, "failed": 0,
             "rows_read": 0, "rows_written": 0, "rows_deleted": 0,

@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from connector.cli import apply_command, main, push_command
+from connector.cli import main
 from connector.errors import ExitCode
-from connector.push import DEFAULT_CONCURRENCY
 from tests.fixtures.server import RunningServer, ServerFactory
 
 SPEC = {
@@ -170,11 +169,7 @@ def test_a_plan_that_cannot_be_saved_is_a_clean_error(server: RunningServer, tmp
     assert f"cannot write {plan}" in result.output
 
 
-def test_the_cli_concurrency_default_is_the_librarys_and_the_cli_starts_without_pandas() -> None:
-    # The CLI repeats the number rather than import it (that would load pandas at start).
-    for command in (push_command, apply_command):
-        (option,) = [p for p in command.params if p.name == "concurrency"]
-        assert option.default == DEFAULT_CONCURRENCY, command.name
+def test_the_cli_starts_without_pandas() -> None:
     started = subprocess.run(
         [sys.executable, "-c", "import sys, connector.cli; print('pandas' in sys.modules)"],
         capture_output=True, text=True, check=True,
