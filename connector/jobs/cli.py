@@ -231,6 +231,8 @@ def _text_summary(summary: RunSummary) -> None:
             f"{sum(v.different for v in fixed)} different, {sum(v.extra for v in fixed)} extra "
             "repaired"
         )
+    if summary.concurrency:
+        line += f" — {summary.seconds:.1f} s, up to {summary.concurrency} requests in flight"
     if summary.error and summary.status != "interrupted":  # that one has its own line
         line += f" — {summary.error}"
     click.echo(line)
