@@ -211,18 +211,19 @@ class _Gate:
         scheme, _, raw = header.partition(" ")
         challenge = {"WWW-Authenticate": "Bearer"}
         address = request.client.host if request.client else ""
-        if self.failures is not None:
-            wait = self.failures.blocked(address)
-            if wait > 0:
-                raise ApiProblem(
-                    429,
-                    "too many failed authentications from this address; wait before trying again",
-                    headers={"Retry-After": RateLimiter.retry_after(wait)},
-                )
         raw = raw.strip() if scheme.lower() == "bearer" else ""
         key = self.storage.find_key(raw) if raw else None
         if key is None:
+            # Only failures are limited, so a good key is never held up by a bad client
+            # on the same address (a proxy, a shared host); guessing stays as slow.
             if self.failures is not None:
+                wait = self.failures.blocked(address)
+                if wait > 0:
+                    raise ApiProblem(
+                        429,
+                        "too many failed authentications from this address; wait before trying again",
+                        headers={"Retry-After": RateLimiter.retry_after(wait)},
+                    )
                 self.failures.wait(address)
             if not raw:
                 raise ApiProblem(401, "missing API key: send the header Authorization: Bearer <key>", headers=challenge)

@@ -115,6 +115,13 @@ def test_failed_authentications_are_limited_per_address_not_charged_to_keys(stor
         assert [client.get("/tables").status_code for _ in range(2)] == [401, 429]
 
 
+def test_a_good_key_is_never_held_up_by_failures_from_its_address(storage: Storage, key: str) -> None:
+    """A bad client behind the same address (a proxy, a shared host) cannot lock others out."""
+    with make_client(create_app(storage, rate_limit=1), None) as client:
+        assert [client.get("/tables").status_code for _ in range(3)] == [401, 429, 429]
+        assert client.get("/tables", headers={"Authorization": f"Bearer {key}"}).status_code == 200
+
+
 def test_error_messages_never_contain_the_key(storage: Storage, key: str, two_tables: tuple[str, str]) -> None:
     read_only = storage.create_key(read_only=True)
     with make_client(create_app(storage, rate_limit=1), read_only) as client:
