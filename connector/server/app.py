@@ -46,6 +46,8 @@ from connector.server.ratelimit import RateLimiter
 from connector.server.storage import ApiKey, Storage
 
 MAX_BULK_ROWS = 100
+#: Keys remembered per address as having authenticated there (see `_authenticate`).
+TRUSTED_KEYS = 64
 
 log = logging.getLogger("connector.server")
 
@@ -161,6 +163,8 @@ class _Gate:
         self.faults = faults
         self.limiter = RateLimiter(rate_limit) if rate_limit else None
         self.failures = RateLimiter(rate_limit) if rate_limit else None  # by client address
+        #: Keys that authenticated from each address: a block of the address spares them.
+        self.trusted: dict[str, set[str]] = {}
         self.limits = limits
 
     def endpoint(self, handler: Handler, *, write: bool) -> Callable[[Request], Awaitable[Response]]:
@@ -213,17 +217,24 @@ class _Gate:
         address = request.client.host if request.client else ""
         raw = raw.strip() if scheme.lower() == "bearer" else ""
         key = self.storage.find_key(raw) if raw else None
+        if self.failures is not None:
+            wait = self.failures.blocked(address)
+            # While an address is blocked, a key gets the same 429 right or wrong (so a
+            # guess learns nothing), unless it already worked from there before the block:
+            # a good client behind the same address (a proxy, a shared host) goes on.
+            trusted = key is not None and key.digest in self.trusted.get(address, ())
+            if wait > 0 and not trusted:
+                raise ApiProblem(
+                    429,
+                    "too many failed authentications from this address; wait before trying again",
+                    headers={"Retry-After": RateLimiter.retry_after(wait)},
+                )
+            if key is not None and not trusted:
+                known = self.trusted.setdefault(address, set())
+                if len(known) < TRUSTED_KEYS:
+                    known.add(key.digest)
         if key is None:
-            # Only failures are limited, so a good key is never held up by a bad client
-            # on the same address (a proxy, a shared host); guessing stays as slow.
             if self.failures is not None:
-                wait = self.failures.blocked(address)
-                if wait > 0:
-                    raise ApiProblem(
-                        429,
-                        "too many failed authentications from this address; wait before trying again",
-                        headers={"Retry-After": RateLimiter.retry_after(wait)},
-                    )
                 self.failures.wait(address)
             if not raw:
                 raise ApiProblem(401, "missing API key: send the header Authorization: Bearer <key>", headers=challenge)
