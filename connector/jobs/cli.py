@@ -232,7 +232,8 @@ def _text_summary(summary: RunSummary) -> None:
             "repaired"
         )
     if summary.concurrency:
-        line += f" — {summary.seconds:.1f} s, up to {summary.concurrency} requests in flight"
+        n = summary.concurrency
+        line += f" — {summary.seconds:.1f} s, up to {n} request{'s' * (n != 1)} in flight"
     if summary.error and summary.status != "interrupted":  # that one has its own line
         line += f" — {summary.error}"
     click.echo(line)

@@ -221,7 +221,7 @@ class RunSummary:
     error: str | None = None
     seconds: float = 0.0
     verified: bool = False
-    #: The most requests the run had in flight at once (its adaptive level's peak), and
+    #: The most requests the run allowed in flight at once (its adaptive level's peak), and
     #: the cap it adapted under (``--max-concurrency``); 0 when it made no request.
     concurrency: int = 0
     max_concurrency: int = 0
