@@ -1,14 +1,16 @@
 """`python -m connector.demo` (what `make demo` runs): the whole product, end to end, offline.
 
 1. starts the reference server with the demo workspace on a free port (a subprocess);
-2. runs ``configs/demo.toml``: every table to Parquet and to SQLite (a full first sync);
-3. pushes the price list ``configs/demo-products.csv`` into Products: the plan, then the push;
+2. runs ``demo.toml``: every table to Parquet and to SQLite (a full first sync);
+3. pushes the price list ``demo-products.csv`` into Products: the plan, then the push;
 4. deletes a ticket through the API, as a user of the app would;
-5. runs ``configs/demo.toml`` again: incremental, it picks up exactly those changes;
+5. runs ``demo.toml`` again: incremental, it picks up exactly those changes;
 6. prints where everything is, stops the server, exits 0.
 
-Outputs go to ``demo-out/`` (recreated on every run, ignored by git). ``--workdir DIR`` runs
-the demo on copies of its configs under DIR instead (the tests do), touching nothing else.
+The job files ship inside the package (``connector/demo_data``, package data), so an
+installed wheel runs the demo as a checkout does. They are copied into the output directory
+(``--out``, default ``./demo-out``, recreated on every run) and run from there: their
+relative paths put every output beside them, never inside the installed package.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +38,10 @@ from connector.jobs.cli import describe_event
 from connector.jobs.config import load_job
 from connector.jobs.runner import RunSummary, run_job
 
-ROOT = Path(__file__).resolve().parents[1]
+#: The package data directory holding the demo's job files and price list (the one copy).
+DEMO_DATA = "demo_data"
 DEMO_FILES = ("demo.toml", "demo-push.toml", "demo-products.csv")
+DEFAULT_OUT = Path("demo-out")
 STARTUP_TIMEOUT = 30.0
 
 
@@ -45,46 +50,59 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m connector.demo", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
-        "--workdir", type=Path, default=None, help="run on copies of the configs here"
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help="where the demo's job files and outputs go, recreated (default: ./demo-out)",
     )
     args = parser.parse_args(argv)
     began = time.monotonic()
-    root = ROOT if args.workdir is None else args.workdir.resolve()
-    configs, out = root / "configs", root / "demo-out"
-    if root != ROOT:
-        configs.mkdir(parents=True, exist_ok=True)
-        for name in DEMO_FILES:
-            shutil.copy(ROOT / "configs" / name, configs / name)
+    out: Path = args.out.resolve()
     if out.exists():
         shutil.rmtree(out)
-    out.mkdir()
+    out.mkdir(parents=True)
+    copy_demo_files(out)
     key = secrets.token_urlsafe(24)
+    sync_file, push_file = _shown(out / "demo.toml"), _shown(out / "demo-push.toml")
     with _server(key, out) as base_url:
         os.environ["CONNECTOR_BASE_URL"] = base_url
         os.environ["CONNECTOR_API_KEY"] = key
-        sync_job = load_job(configs / "demo.toml")
-        push_job = load_job(configs / "demo-push.toml")
+        sync_job = load_job(out / "demo.toml")
+        push_job = load_job(out / "demo-push.toml")
 
-        _step("1. Full sync: every table to Parquet and SQLite", "connector sync configs/demo.toml")
+        _step("1. Full sync: every table to Parquet and SQLite", f"connector sync {sync_file}")
         first = _check(run_job(sync_job, report=_show))
 
-        _step(
-            "2. The price list's plan (dry run)", "connector sync configs/demo-push.toml --dry-run"
-        )
+        _step("2. The price list's plan (dry run)", f"connector sync {push_file} --dry-run")
         _check(run_job(push_job, dry_run=True, report=_show))
 
-        _step("3. Push it", "connector sync configs/demo-push.toml")
+        _step("3. Push it", f"connector sync {push_file}")
         _check(run_job(push_job, report=_show))
 
         _step("4. Meanwhile a ticket is deleted in the app", "DELETE /tables/{Tickets}/rows/{id}")
         ticket = _delete_one_ticket(base_url, key)
         print(f"  deleted ticket {ticket}", flush=True)
 
-        _step("5. Incremental sync: only what changed", "connector sync configs/demo.toml")
+        _step("5. Incremental sync: only what changed", f"connector sync {sync_file}")
         second = _check(run_job(sync_job, report=_show))
 
-    _summary(first, second, out, root, time.monotonic() - began)
+    _summary(first, second, out, time.monotonic() - began)
     return 0
+
+
+def copy_demo_files(directory: Path) -> None:
+    """Copy the demo's job files and price list (package data) into `directory`."""
+    data = resources.files("connector") / DEMO_DATA
+    for name in DEMO_FILES:
+        (directory / name).write_bytes((data / name).read_bytes())
+
+
+def _shown(path: Path) -> str:
+    """`path` as the user would type it: relative to the current directory when inside it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def _show(event: str, **fields: Any) -> None:
@@ -113,7 +131,7 @@ def _delete_one_ticket(base_url: str, key: str) -> str:
         return row.id
 
 
-def _summary(first: RunSummary, second: RunSummary, out: Path, root: Path, seconds: float) -> None:
+def _summary(first: RunSummary, second: RunSummary, out: Path, seconds: float) -> None:
     parquet = out / "parquet"
     database = out / "demo.db"
     print("\n== What happened")
@@ -140,13 +158,14 @@ def _summary(first: RunSummary, second: RunSummary, out: Path, root: Path, secon
     engine.dispose()
     print(f"  SQLite row counts: {', '.join(f'{t} {n}' for t, n in counts.items())}")
     print("\n== Outputs")
-    print(f"  Parquet files  {parquet.relative_to(root)}/*.parquet")
-    print(f"  SQLite         {database.relative_to(root)}")
-    print(f"  job state      {(out / 'state').relative_to(root)}/demo.state.json")
-    print(f"  server log     {(out / 'server.log').relative_to(root)}")
-    orders = (parquet / "Orders.parquet").relative_to(root)
+    print(f"  job files      {_shown(out)}/demo.toml, demo-push.toml, demo-products.csv")
+    print(f"  Parquet files  {_shown(parquet)}/*.parquet")
+    print(f"  SQLite         {_shown(database)}")
+    print(f"  job state      {_shown(out / 'state')}/demo.state.json")
+    print(f"  server log     {_shown(out / 'server.log')}")
+    orders = _shown(parquet / "Orders.parquet")
     look = f"import pandas as pd; print(pd.read_parquet('{orders}')['Status'].value_counts())"
-    print(f'\n  try:  .venv/bin/python -c "{look}"')
+    print(f'\n  try:  python -c "{look}"')
     print(f"\ndemo finished in {seconds:.1f}s")
 
 
@@ -159,7 +178,7 @@ def _server(key: str, out: Path) -> Iterator[str]:
     env = {**os.environ, "CONNECTOR_DEMO_KEY": key}
     argv = [sys.executable, "-m", "connector", "serve", "--demo", "--port", str(port),
             "--db", str(out / "workspace.db")]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=out)
     base_url = f"http://127.0.0.1:{port}/v1"
     try:
         print(
