@@ -77,6 +77,29 @@ def test_inflated_latency_eases_it_but_not_below_the_start() -> None:
     assert limit.level == INITIAL
 
 
+def test_answers_to_requests_sent_before_a_cut_do_not_cut_it_again() -> None:
+    """They tell of the old level's queue: judged, they would cut twice for one excess."""
+    limit = ConcurrencyLimit(64)
+    full_round(limit, 0.02)
+    full_round(limit, 0.02)  # 16
+
+    async def go() -> None:
+        for _ in range(16):
+            await limit.acquire()
+        for _ in range(8):
+            limit.release(0.2)
+        for _ in range(8):
+            await limit.acquire()
+        for _ in range(8):
+            limit.release(0.2)  # a round of slow answers: cut to 8, with 8 still in flight
+        assert limit.level == 8
+        for _ in range(8):
+            limit.release(0.2)  # those 8, sent before the cut: slow too, but not judged
+
+    asyncio.run(go())
+    assert limit.level == 8
+
+
 def test_it_grows_only_when_the_level_was_used() -> None:
     limit = ConcurrencyLimit(32)
     for _ in range(5):
