@@ -324,7 +324,7 @@ def _failures(engine: sa.Engine, doing: str) -> Iterator[None]:
     try:
         yield
     except (sa.exc.SQLAlchemyError, psycopg.Error) as exc:  # psycopg's own: from COPY
-        reason = getattr(exc, "orig", None) or exc
+        reason = " ".join(str(getattr(exc, "orig", None) or exc).split())  # psycopg's span lines
         where = engine.url.render_as_string(hide_password=True)
         raise DestinationError(f"{doing} ({where}) failed: {reason}") from exc
 

@@ -295,3 +295,16 @@ def test_any_text_and_number_survives_exactly(
     assert [(r["Name"], r["id"], r["Amount"]) for r in got] == [
         (r["Name"], r["id"], r["Amount"]) for r in sorted(rows, key=lambda r: r["_id"])
     ]
+
+
+def test_an_unreachable_postgresql_is_one_line_naming_the_server() -> None:
+    """psycopg's message spans lines ("connection refused\n\tIs the server running..."); ours
+    is one, with the host and port and no password."""
+    from tests.fixtures.server import free_port
+
+    port = free_port()
+    with pytest.raises(DestinationError) as caught:
+        load_table(batches(ROWS), TABLE, f"postgresql://etl@127.0.0.1:{port}/nowhere", name="orders")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert f"127.0.0.1:{port}" in message and "failed" in message
