@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from operator import itemgetter
 from types import TracebackType
-from typing import Any, Generic, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar
 from urllib.parse import urlencode, urlsplit
 
 import httpx
@@ -87,7 +87,9 @@ from connector.errors import (
     ServerError,
     TransportError,
 )
-from connector.schema import Table
+
+if TYPE_CHECKING:  # at run time only where a schema is read: it brings pyarrow
+    from connector.schema import Table
 
 __all__ = ["AsyncClient", "Client", "Filter"]
 
@@ -143,6 +145,8 @@ def _list_tables() -> _Call[list[TableSummary]]:
 
 
 def _get_table(table_id: str) -> _Call[Table]:
+    from connector.schema import Table
+
     return _Call("GET", f"/tables/{table_id}", lambda r: Table.from_api(_body(r)))
 
 

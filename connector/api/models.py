@@ -7,9 +7,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from connector.schema import Column, Table
-
-__all__ = ["Column", "Row", "RowPage", "Table", "TableSummary"]
+__all__ = ["Row", "RowPage", "TableSummary"]
 
 
 @dataclass(frozen=True)
