@@ -20,15 +20,47 @@ out of every log record and traceback (``connector.api.keys``).
 
 from __future__ import annotations
 
-import logging
+import signal
 import sys
-from pathlib import Path
+from types import FrameType
 from typing import Any
 
-import click
-
 from connector.errors import ConnectorError, ExitCode
-from connector.modes import DEFAULT_PUSH_MODE, PUSH_MODES
+
+
+def _stop_starting(signum: int, frame: FrameType | None) -> None:
+    """Ctrl-C or SIGTERM while this module imports: one line and the exit code, not a
+    traceback from deep inside an import."""
+    interrupted = signum == signal.SIGINT
+    sys.stderr.write("interrupted\n" if interrupted else "terminated\n")
+    raise SystemExit(ExitCode.INTERRUPTED if interrupted else ExitCode.TERMINATED)
+
+
+def _catch_starting() -> dict[signal.Signals, Any]:
+    """Take Ctrl-C and SIGTERM while the imports below run; they are given back at the end of
+    this module, so a program importing it keeps its own handling. Only the defaults are
+    replaced, and only on the main thread (where handlers can be set at all)."""
+    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+    taken: dict[signal.Signals, Any] = {}
+    for signum, default in defaults.items():
+        if signal.getsignal(signum) is default:
+            try:
+                signal.signal(signum, _stop_starting)
+            except ValueError:  # not the main thread
+                break
+            taken[signum] = default
+    return taken
+
+
+_starting = _catch_starting()
+
+import importlib  # noqa: E402
+import logging  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import click  # noqa: E402
+
+from connector.modes import DEFAULT_PUSH_MODE, PUSH_MODES  # noqa: E402
 
 
 class _UsageLine(click.ClickException):
@@ -45,14 +77,64 @@ class _UsageLine(click.ClickException):
         click.secho(f"error: {message} (see: {self.command} --help)", fg="red", err=True)
 
 
+#: Commands whose modules load only when the command runs (the server's brings starlette,
+#: sync's and load's bring pandas and SQLAlchemy): name -> (module, attribute, the first
+#: sentence of its help, which `connector --help` shows without importing the module).
+#: tests/test_startup.py keeps these sentences equal to the commands' own.
+_LAZY: dict[str, tuple[str, str, str]] = {
+    "export": ("connector.load.cli", "export",
+               "Export tables to Parquet or CSV files in a directory."),
+    "keys": ("connector.server.cli", "keys",
+             "Manage API keys of a reference server's database."),
+    "load": ("connector.load.cli", "load",
+             "Load tables into a SQL database, one SQL table per table."),
+    "serve": ("connector.server.cli", "serve",
+              "Run the reference Table Data REST API server (base path /v1) until Ctrl-C or SIGTERM."),
+    "server": ("connector.server.cli", "server",
+               "Administer a reference server's database (works while the server runs)."),
+    "sync": ("connector.jobs.cli", "sync",
+             "Run the job in JOB_FILE: push its spreadsheets, then sync its tables."),
+}
+
+
 class _Root(click.Group):
-    """Turns our errors into one clean line and a meaningful exit code."""
+    """Turns our errors into one clean line and a meaningful exit code, and imports a
+    command's module only when that command runs (`_LAZY`)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *_LAZY})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in _LAZY:
+            module, attribute, _ = _LAZY[cmd_name]
+            self.add_command(getattr(importlib.import_module(module), attribute), cmd_name)
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's list of commands, with the lazy ones' help taken from `_LAZY`."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = []
+        for name in names:
+            command = self.commands.get(name)
+            if command is None:
+                command = click.Command(name, help=_LAZY[name][2])  # shortened as click would
+            if not command.hidden:
+                rows.append((name, command.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        # httpx imports its own command line (rich, pygments: 70 ms, half of httpx) whenever
+        # those are installed; a None entry makes that import fail, which httpx expects.
+        sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
         try:
             return super().make_context(*args, **kwargs)
         except click.UsageError as exc:  # the root's own options (--max-wait)
             raise _UsageLine(exc) from exc
+        except KeyboardInterrupt:  # while parsing, or printing --help
+            click.echo("interrupted", err=True)
+            raise click.exceptions.Exit(ExitCode.INTERRUPTED) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -169,22 +251,7 @@ def main(ctx: click.Context, debug: bool, max_wait: float | None) -> None:
     ctx.with_resource(default_max_wait(max_wait))
 
 
-# Subcommands register themselves below, one import per area.
-
-from connector.server.cli import keys, serve, server  # noqa: E402
-
-main.add_command(serve)
-main.add_command(server)
-main.add_command(keys)
-
-from connector.jobs.cli import sync  # noqa: E402
-
-main.add_command(sync)
-
-from connector.load.cli import export, load  # noqa: E402
-
-main.add_command(export)
-main.add_command(load)
+# The other areas' commands (serve, server, keys, sync, export, load) are in `_LAZY`.
 
 # --- tables, schema: what the workspace holds (owner: client) ------------------------------
 
@@ -192,9 +259,6 @@ _base_url_option = click.option(
     "--base-url", envvar="CONNECTOR_BASE_URL", help="API base URL ending in /v1 [env CONNECTOR_BASE_URL]."
 )
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-#: connector.push.DEFAULT_CONCURRENCY, repeated: importing it would load pandas at every CLI
-#: start. tests/push/test_cli.py keeps the two equal.
-_PUSH_CONCURRENCY = 8
 
 
 @main.command()
@@ -205,10 +269,10 @@ def tables(base_url: str | None, as_json: bool) -> None:
     import dataclasses
     import json
 
-    from connector.workspace import Workspace
+    from connector.api import Client  # not the Workspace: it brings pyarrow, unused here
 
-    with Workspace(base_url) as ws:
-        found = ws.tables()
+    with Client(base_url) as client:
+        found = client.list_tables()
     if as_json:
         click.echo(json.dumps([dataclasses.asdict(t) for t in found], indent=2))
         return
@@ -250,6 +314,44 @@ def schema(table: str, base_url: str | None, as_json: bool) -> None:
 # --- push, apply: a spreadsheet or frame into a table (owner: push) -------------------------
 
 
+def _max_concurrency(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """--max-concurrency (and its old name): 1 to connector.api.concurrency.MAX_CONCURRENCY."""
+    if value is None:
+        return None
+    from connector.api.concurrency import MAX_CONCURRENCY, check_max_concurrency
+
+    try:
+        return check_max_concurrency(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"must be an integer from 1 to {MAX_CONCURRENCY}, not {value}", ctx, param
+        ) from None
+
+
+def _max_concurrency_options(command: Any) -> Any:
+    """--max-concurrency, and --concurrency: its first name, hidden, still read."""
+    command = click.option(
+        "--concurrency", type=int, hidden=True, callback=_max_concurrency,
+        help="Deprecated name of --max-concurrency.",
+    )(command)
+    return click.option(
+        "--max-concurrency", type=int, metavar="N", callback=_max_concurrency,
+        help="At most N write requests in flight; below it the client adapts to how fast the "
+        "server answers [1 to 64; env CONNECTOR_MAX_CONCURRENCY; default 32].",
+    )(command)
+
+
+def _cap(max_concurrency: int | None, concurrency: int | None) -> int | None:
+    """The cap the client gets from --max-concurrency or its old name --concurrency (None:
+    CONNECTOR_MAX_CONCURRENCY, else the client's default)."""
+    if concurrency is None:
+        return max_concurrency
+    if max_concurrency is not None:
+        raise click.UsageError("give --max-concurrency or --concurrency (its old name), not both")
+    click.echo("note: --concurrency is now --max-concurrency", err=True)
+    return concurrency
+
+
 @main.command("push")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--table", required=True, help="Table name or id.")
@@ -276,8 +378,7 @@ def schema(table: str, base_url: str | None, as_json: bool) -> None:
     "--rejects", type=click.Path(dir_okay=False, path_type=Path),
     help="CSV for rows the server rejects [default FILE.rejects.csv, only when there are any].",
 )
-@click.option("--concurrency", type=click.IntRange(min=1), default=_PUSH_CONCURRENCY, show_default=True,
-              help="Write requests in flight at once (under the shared rate limiter).")
+@_max_concurrency_options
 @click.option(
     "--date-format", metavar="FORMAT",
     help="Read day/month dates such as 05/03/2024 with this strptime format (%d/%m/%Y or "
@@ -290,8 +391,8 @@ def schema(table: str, base_url: str | None, as_json: bool) -> None:
 def push_command(
     ctx: click.Context, file: Path, table: str, key: str, mode: str, sheet: str | None,
     dry_run: bool, plan_out: Path | None, max_delete_ratio: float | None,
-    allow_delete: int | None, rejects: Path | None, concurrency: int, date_format: str | None,
-    base_url: str | None, as_json: bool,
+    allow_delete: int | None, rejects: Path | None, max_concurrency: int | None,
+    concurrency: int | None, date_format: str | None, base_url: str | None, as_json: bool,
 ) -> None:
     """Make TABLE match FILE (CSV, .xlsx or Parquet) by --key: validate, plan, apply.
 
@@ -308,6 +409,7 @@ def push_command(
     from connector.push.report import now
 
     started_at, began = now(), time.monotonic()
+    cap = _cap(max_concurrency, concurrency)
     rejects = rejects or file.with_name(file.stem + ".rejects.csv")
     planning = dry_run or plan_out is not None
     result: Any = None
@@ -318,12 +420,12 @@ def push_command(
         from connector.push.plan import check_delete_guard
         from connector.push.report import describe_plan
 
-        with Client(base_url) as client:
+        with Client(base_url, max_concurrency=cap) as client:
+            cap = client.concurrency.maximum
             result = push(
                 client, file, table=table, key=key, mode=mode, dry_run=dry_run, sheet=sheet,
                 max_delete_ratio=max_delete_ratio, allow_delete=allow_delete, plan_out=plan_out,
-                rejects=rejects, concurrency=concurrency, progress=None if not as_json else False,
-                date_format=date_format,
+                rejects=rejects, progress=None if not as_json else False, date_format=date_format,
             )
         if planning and not as_json:
             click.echo(describe_plan(result.plan))
@@ -336,11 +438,11 @@ def push_command(
     except ConnectorError as exc:
         error = exc
     except KeyboardInterrupt:
-        _push_interrupted(as_json, "push", started_at, began, file=file, table=table)
+        _push_interrupted(as_json, "push", started_at, began, file=file, table=table, cap=cap)
         raise
     _push_finish(
         ctx, "push", as_json, started_at, time.monotonic() - began, file=file, table=table,
-        result=result, error=error, dry_run=planning, rejects=rejects, plan_out=plan_out,
+        result=result, error=error, dry_run=planning, rejects=rejects, plan_out=plan_out, cap=cap,
     )
 
 
@@ -350,15 +452,14 @@ def push_command(
     "--rejects", type=click.Path(dir_okay=False, path_type=Path),
     help="CSV for rows the server rejects [default PLAN.rejects.csv, only when there are any].",
 )
-@click.option("--concurrency", type=click.IntRange(min=1), default=_PUSH_CONCURRENCY, show_default=True,
-              help="Write requests in flight at once (under the shared rate limiter).")
+@_max_concurrency_options
 @_base_url_option
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON summary (the shape `connector sync --log-format json` prints).")
 @click.pass_context
 def apply_command(
-    ctx: click.Context, plan: Path, rejects: Path | None, concurrency: int,
-    base_url: str | None, as_json: bool,
+    ctx: click.Context, plan: Path, rejects: Path | None, max_concurrency: int | None,
+    concurrency: int | None, base_url: str | None, as_json: bool,
 ) -> None:
     """Apply a plan saved by `push --plan-out`; refuses if the rows it touches changed since.
 
@@ -370,6 +471,7 @@ def apply_command(
     from connector.push.report import now
 
     started_at, began = now(), time.monotonic()
+    cap = _cap(max_concurrency, concurrency)
     rejects = rejects or plan.with_name(plan.stem + ".rejects.csv")
     result: Any = None
     error: ConnectorError | None = None
@@ -377,24 +479,23 @@ def apply_command(
         from connector.api import Client
         from connector.push import apply
 
-        with Client(base_url) as client:
-            result = apply(
-                client, plan, rejects=rejects, concurrency=concurrency,
-                progress=None if not as_json else False,
-            )
+        with Client(base_url, max_concurrency=cap) as client:
+            cap = client.concurrency.maximum
+            result = apply(client, plan, rejects=rejects, progress=None if not as_json else False)
     except ConnectorError as exc:
         error = exc
     except KeyboardInterrupt:
-        _push_interrupted(as_json, "apply", started_at, began, file=plan, table=None)
+        _push_interrupted(as_json, "apply", started_at, began, file=plan, table=None, cap=cap)
         raise
     _push_finish(
         ctx, "apply", as_json, started_at, time.monotonic() - began, file=plan, table=None,
-        result=result, error=error, dry_run=False, rejects=rejects, plan_out=None,
+        result=result, error=error, dry_run=False, rejects=rejects, plan_out=None, cap=cap,
     )
 
 
 def _push_interrupted(
-    as_json: bool, command: str, started_at: str, began: float, *, file: Path, table: str | None
+    as_json: bool, command: str, started_at: str, began: float, *, file: Path,
+    table: str | None, cap: int | None,
 ) -> None:
     """The one --json summary of a push or apply stopped by Ctrl-C (then exit 130)."""
     if as_json:
@@ -404,14 +505,14 @@ def _push_interrupted(
         from connector.push.report import summary
 
         done = summary(command, started_at=started_at, seconds=time.monotonic() - began,
-                       file=file, table=table, interrupted=True)
+                       file=file, table=table, interrupted=True, max_concurrency=cap or 0)
         click.echo(json.dumps(done, indent=2))
 
 
 def _push_finish(
     ctx: click.Context, command: str, as_json: bool, started_at: str, seconds: float, *,
     file: Path, table: str | None, result: Any, error: ConnectorError | None, dry_run: bool,
-    rejects: Path, plan_out: Path | None,
+    rejects: Path, plan_out: Path | None, cap: int | None,
 ) -> None:
     """Print what a push or apply did (or the one summary, --json) and exit with its code."""
     from connector.push.report import describe_result, headline, summary
@@ -419,6 +520,7 @@ def _push_finish(
     done = summary(
         command, started_at=started_at, seconds=seconds, file=file, table=table, result=result,
         error=error, dry_run=dry_run, rejects_file=rejects, plan_file=plan_out,
+        max_concurrency=cap or 0,
     )
     if as_json:
         import json
@@ -437,3 +539,9 @@ def _push_finish(
     if result.rejected:
         click.secho(f"{len(result.rejected)} row(s) rejected; written to {rejects}", fg="yellow", err=True)
     ctx.exit(done["exit_code"])
+
+
+# Start-up is over: Ctrl-C is a KeyboardInterrupt again, which `_Root` turns into exit 130
+# and a command may catch to tidy up; SIGTERM is the default (or the runner's) again.
+for _signum, _handler in _starting.items():
+    signal.signal(_signum, _handler)
