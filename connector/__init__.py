@@ -7,9 +7,13 @@ pyarrow, which `Column`, `Table` and `Workspace` bring, before a command asks fo
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+#: typing.TYPE_CHECKING without importing typing (mypy reads any `if TYPE_CHECKING:` so):
+#: the CLI catches Ctrl-C only once its own module runs, after this one.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from connector.api import AsyncClient, Client
     from connector.errors import (
         ApiError,

@@ -22,33 +22,30 @@ from __future__ import annotations
 
 import signal
 import sys
-from types import FrameType
-from typing import Any
-
-from connector.errors import ConnectorError, ExitCode
 
 
-def _stop_starting(signum: int, frame: FrameType | None) -> None:
+def _stop_starting(signum: int, frame: object) -> None:
     """Ctrl-C or SIGTERM while this module imports: one line and the exit code, not a
-    traceback from deep inside an import."""
+    traceback from deep inside an import. (The codes are `ExitCode.INTERRUPTED` and
+    `TERMINATED`; importing it here would widen the window this closes.)"""
     interrupted = signum == signal.SIGINT
     sys.stderr.write("interrupted\n" if interrupted else "terminated\n")
-    raise SystemExit(ExitCode.INTERRUPTED if interrupted else ExitCode.TERMINATED)
+    raise SystemExit(130 if interrupted else 143)
 
 
-def _catch_starting() -> dict[signal.Signals, Any]:
-    """Take Ctrl-C and SIGTERM while the imports below run; they are given back at the end of
-    this module, so a program importing it keeps its own handling. Only the defaults are
-    replaced, and only on the main thread (where handlers can be set at all)."""
-    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
-    taken: dict[signal.Signals, Any] = {}
-    for signum, default in defaults.items():
+def _catch_starting() -> list[signal.Signals]:
+    """Take Ctrl-C and SIGTERM while the imports below run, first thing; they are given back
+    at the end of this module, so a program importing it keeps its own handling. Only the
+    defaults are replaced, and only on the main thread (where handlers can be set at all)."""
+    taken = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        default = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
         if signal.getsignal(signum) is default:
             try:
                 signal.signal(signum, _stop_starting)
             except ValueError:  # not the main thread
                 break
-            taken[signum] = default
+            taken.append(signum)
     return taken
 
 
@@ -57,9 +54,11 @@ _starting = _catch_starting()
 import importlib  # noqa: E402
 import logging  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 import click  # noqa: E402
 
+from connector.errors import ConnectorError, ExitCode  # noqa: E402
 from connector.modes import DEFAULT_PUSH_MODE, PUSH_MODES  # noqa: E402
 
 
@@ -543,5 +542,7 @@ def _push_finish(
 
 # Start-up is over: Ctrl-C is a KeyboardInterrupt again, which `_Root` turns into exit 130
 # and a command may catch to tidy up; SIGTERM is the default (or the runner's) again.
-for _signum, _handler in _starting.items():
-    signal.signal(_signum, _handler)
+if signal.SIGINT in _starting:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.SIGTERM in _starting:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
