@@ -51,7 +51,8 @@ def _table_ids(server: RunningServer) -> dict[str, str]:
 
 def _materialization(result: dg.ExecuteInProcessResult, *key: str) -> dict[str, Any]:
     (event,) = [
-        e for e in result.get_asset_materialization_events()
+        e
+        for e in result.get_asset_materialization_events()
         if e.asset_key == dg.AssetKey(list(key))
     ]
     materialization = event.materialization
@@ -61,7 +62,9 @@ def _materialization(result: dg.ExecuteInProcessResult, *key: str) -> dict[str, 
 def test_one_asset_per_table_pushes_upstream_and_the_summary_as_metadata(
     demo: RunningServer, tmp_path: Path
 ) -> None:
-    job = _job(tmp_path, """
+    job = _job(
+        tmp_path,
+        """
 [tables]
 include = ["Products", "Tickets"]
 
@@ -80,10 +83,13 @@ file = "demo-products.csv"
 table = "Products"
 key = "Name"
 mode = "upsert"
-""")
+""",
+    )
     defs = definitions_from_job(job, cron="15 2 * * *")
     assets = assets_from_job(job)
-    graph = {a.key.to_user_string(): {d.to_user_string() for d in a.dependency_keys} for a in assets}
+    graph = {
+        a.key.to_user_string(): {d.to_user_string() for d in a.dependency_keys} for a in assets
+    }
     # The push is upstream of the table it writes to, not of the others.
     assert graph == {
         "crm/push_demo_products": set(),
@@ -112,7 +118,9 @@ mode = "upsert"
     assert meta["seconds"] > 0
     # One state file and lock per asset: the tables never share the job's lock.
     assert sorted(p.name for p in (tmp_path / "state").glob("*.state.json")) == [
-        "crm.Products.state.json", "crm.Tickets.state.json", "crm.push_demo_products.state.json"
+        "crm.Products.state.json",
+        "crm.Tickets.state.json",
+        "crm.push_demo_products.state.json",
     ]
 
     # Materialised again: the job's incremental sync, per table.
@@ -124,13 +132,16 @@ mode = "upsert"
 def test_tables_from_the_server_when_the_job_has_no_include_list(
     demo: RunningServer, tmp_path: Path
 ) -> None:
-    job = _job(tmp_path, """
+    job = _job(
+        tmp_path,
+        """
 [tables]
 exclude = ["Orders", "customers"]
 
 [[destination]]
 parquet = "out"
-""")
+""",
+    )
     keys = {a.key.to_user_string() for a in assets_from_job(job)}
     # The listing decides, and `exclude` is resolved as a sync resolves it (id, name, any case).
     assert keys == {"crm/Products", "crm/Tickets"}
@@ -139,13 +150,16 @@ parquet = "out"
 def test_a_failed_table_is_a_failed_asset_and_the_others_materialise(
     demo: RunningServer, tmp_path: Path
 ) -> None:
-    job = _job(tmp_path, """
+    job = _job(
+        tmp_path,
+        """
 [tables]
 include = ["Products", "Orders", "Tickets"]
 
 [[destination]]
 parquet = "parquet"
-""")
+""",
+    )
     # Orders cannot be written: a directory stands where its file goes.
     (tmp_path / "parquet" / "Orders.parquet" / "taken").mkdir(parents=True)
     # Tickets cannot be found: the key may read Products and Orders only.
@@ -172,13 +186,16 @@ parquet = "parquet"
 def test_the_same_asset_twice_at_once_fails_on_its_lock_and_writes_nothing(
     demo: RunningServer, tmp_path: Path
 ) -> None:
-    job = _job(tmp_path, """
+    job = _job(
+        tmp_path,
+        """
 [tables]
 include = ["Products"]
 
 [[destination]]
 parquet = "parquet"
-""")
+""",
+    )
     from connector.jobs.lock import job_lock
 
     with job_lock(tmp_path / "crm.Products.lock"):  # another run of this asset holds it
@@ -213,7 +230,9 @@ def test_the_multiprocess_executor_syncs_tables_in_parallel_processes(
     server = server_factory(demo=True, latency_ms=100)
     monkeypatch.setenv("CONNECTOR_BASE_URL", server.base_url)
     monkeypatch.setenv("CONNECTOR_API_KEY", server.api_key)
-    job = _job(tmp_path, """page_size = 50
+    job = _job(
+        tmp_path,
+        """page_size = 50
 max_concurrency = 1
 
 [tables]
@@ -221,7 +240,8 @@ include = ["Customers", "Orders"]
 
 [[destination]]
 parquet = "parquet"
-""")
+""",
+    )
     monkeypatch.setenv(JOB_ENV, str(job))
 
     with dg.execute_job(
@@ -260,7 +280,11 @@ def _step_spans(instance: dg.DagsterInstance, run_id: str) -> dict[str, tuple[in
 def test_without_dagster_the_import_names_the_extra() -> None:
     """A missing extra is one line naming it (here dagster is made unimportable)."""
     done = subprocess.run(
-        [sys.executable, "-c", "import sys; sys.modules['dagster'] = None; import connector.dagster"],
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.modules['dagster'] = None; import connector.dagster",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
