@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -130,3 +131,80 @@ def test_debug_never_prints_the_key(server: RunningServer, sheet: Path, tmp_path
         if path.is_file():
             data = path.read_bytes()
             assert refused.encode() not in data and server.api_key.encode() not in data, path
+
+
+# -- --max-concurrency on push and apply ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [("--max-concurrency", "0", "must be an integer from 1 to 64, not 0"),
+     ("--max-concurrency", "65", "must be an integer from 1 to 64, not 65"),
+     ("--max-concurrency", "many", "'many' is not a valid integer."),
+     ("--concurrency", "0", "must be an integer from 1 to 64, not 0")],
+)
+@pytest.mark.parametrize("command", ["push", "apply"])
+def test_a_concurrency_cap_out_of_range_is_a_usage_error_naming_the_option(
+    server: RunningServer, sheet: Path, command: str, option: str, value: str, says: str
+) -> None:
+    server.create_table(ORDERS)
+    args = [str(sheet), "--table", "Orders", "--key", "Sku"] if command == "push" else [str(sheet)]
+    result = run(server, command, *args, option, value)
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert result.output.startswith(f"error: Invalid value for '{option}': {says} (see: ")
+    assert result.output.count("\n") == 1
+
+
+def test_the_cap_and_its_old_name_together_are_a_usage_error(server: RunningServer, sheet: Path) -> None:
+    server.create_table(ORDERS)
+    result = run(server, "push", str(sheet), "--table", "Orders", "--key", "Sku",
+                 "--max-concurrency", "2", "--concurrency", "2")
+    assert result.exit_code == ExitCode.USAGE
+    assert "give --max-concurrency or --concurrency (its old name), not both" in result.output
+
+
+def test_a_bad_cap_in_the_environment_names_the_variable(server: RunningServer, sheet: Path) -> None:
+    server.create_table(ORDERS)
+    result = CliRunner().invoke(
+        main, ["push", str(sheet), "--table", "Orders", "--key", "Sku", "--base-url", server.base_url],
+        env={"CONNECTOR_API_KEY": server.api_key, "CONNECTOR_MAX_CONCURRENCY": "100"},
+    )
+    assert result.exit_code == ExitCode.USAGE
+    assert "error: CONNECTOR_MAX_CONCURRENCY must be an integer from 1 to 64, got 100" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "cap"),
+    [([], None, 32),  # connector.api.concurrency.DEFAULT_MAX_CONCURRENCY
+     (["--max-concurrency", "2"], None, 2),
+     (["--max-concurrency", "5"], "3", 5),  # the option wins over the environment
+     ([], "3", 3),
+     (["--concurrency", "1"], None, 1)],  # the old name
+)
+def test_push_and_apply_cap_the_clients_requests_in_flight(
+    server: RunningServer, tmp_path: Path, args: list[str], env: str | None, cap: int
+) -> None:
+    """The cap reaches the client: the JSON summary reports it, the level the client reached
+    stays under it, and every row is written (12 bulk requests of 100 rows, by push into one
+    table and by apply into another)."""
+    sheet = tmp_path / "orders.csv"
+    sheet.write_text("Sku\n" + "".join(f"s{i}\n" for i in range(1200)), encoding="utf-8")
+    pushed, applied = (server.create_table({**ORDERS, "name": name}) for name in ("A", "B"))
+    environment = {"CONNECTOR_API_KEY": server.api_key, "CONNECTOR_MAX_CONCURRENCY": env}
+    common = ["--base-url", server.base_url, "--json"]
+    plan = tmp_path / "plan.json"
+    planned = CliRunner().invoke(
+        main, ["push", str(sheet), "--table", applied, "--key", "Sku", "--plan-out", str(plan),
+               *common], env=environment)
+    assert planned.exit_code == 0, planned.output
+    for command in (["push", str(sheet), "--table", pushed, "--key", "Sku"], ["apply", str(plan)]):
+        result = CliRunner().invoke(main, [*command, *args, *common], env=environment)
+        summary = json.loads(result.stdout)
+        assert (result.exit_code, summary["max_concurrency"]) == (0, cap), result.output
+        assert 1 <= summary["concurrency"] <= cap
+        assert summary["pushes"][0]["created"] == 1200
+        if "--concurrency" in args:
+            assert "note: --concurrency is now --max-concurrency" in result.stderr
+    with server.client() as http:
+        for table_id in (pushed, applied):
+            assert http.get(f"/tables/{table_id}/rows", params={"limit": 1}).json()["total"] == 1200
