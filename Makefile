@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 lint: install
-	$(BIN)/ruff check connector tests bench
+	$(BIN)/ruff check connector tests bench examples
 	$(BIN)/mypy
 
 test: lint
