@@ -121,7 +121,10 @@ def _tables(job: Job) -> list[_TableAsset]:
     from connector.api import Client
     from connector.tables import resolve_table
 
-    base_url, key = job.source.resolve()
+    try:
+        base_url, key = job.source.resolve()
+    except ConfigError as exc:
+        raise ConfigError(f"{job.path}: {exc} (the tables are listed from the server)") from None
     with Client(base_url, key, max_wait=job.source.max_wait) as client:
         listed = client.list_tables()
     excluded = set()

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 
 from connector.dagster import assets_from_job, definitions_from_job
 from connector.demo import DEMO_DATA
+from connector.errors import ConfigError
 from tests.fixtures.server import RunningServer, ServerFactory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -294,4 +295,18 @@ def test_without_dagster_the_import_names_the_extra() -> None:
     assert done.stderr.strip().splitlines()[-1] == (
         "connector.errors.MissingExtra: connector.dagster (Dagster assets) needs an optional "
         "dependency: pip install 'table-data-connector[dagster]'"
+    )
+
+
+def test_without_an_include_list_loading_needs_the_key_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CONNECTOR_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.delenv("CONNECTOR_API_KEY", raising=False)
+    job = _job(tmp_path, '[[destination]]\nparquet = "out"\n')
+    with pytest.raises(ConfigError) as caught:
+        assets_from_job(job)
+    assert str(caught.value) == (
+        f"{job}: source.api_key_env: the environment variable CONNECTOR_API_KEY is not set "
+        "(it must hold the API key) (the tables are listed from the server)"
     )
