@@ -1,1 +1,1 @@
-pytest_plugins = ["tests.fixtures.server", "tests.fixtures.postgres"]
+pytest_plugins = ["tests.fixtures.server", "tests.fixtures.postgres", "tests.fixtures.s3"]

@@ -126,18 +126,23 @@ class TableSelection:
 
 @dataclass(frozen=True)
 class Destination:
-    """A Parquet or CSV directory (one file per table) or a SQL database (one table per table).
+    """A Parquet or CSV directory (one file per table), a folder of Delta tables (one per
+    table), each local or in object storage, or a SQL database (one table per table).
 
     CSV directories come from `connector export --format csv` only: they are always replaced.
     """
 
-    kind: Literal["parquet", "csv", "sql"]
-    target: str  # an absolute directory for parquet/csv, a SQLAlchemy URL for sql
+    kind: Literal["parquet", "csv", "sql", "delta"]
+    #: An absolute directory or an object storage URL (``s3://bucket/prefix``, see
+    #: `connector.load.storage`) for parquet/csv/delta, a SQLAlchemy URL for sql.
+    target: str
     mode: WriteMode
     where: str  # the key path, for messages: ``destination[0]``
+    #: csv: neutralise text a spreadsheet would run as a formula (``--excel-safe``).
+    excel_safe: bool = False
 
     def describe(self) -> str:
-        if self.kind in ("parquet", "csv"):
+        if self.kind in ("parquet", "csv", "delta"):
             return f"{self.kind}:{self.target}"
         return _redact_url(self.target)
 
@@ -478,21 +483,37 @@ class _Parser:
         section = _Section(self, data, where)
         parquet = section.string("parquet")
         url = section.string("url")
+        delta = section.string("delta")
         mode = section.choice("mode", WRITE_MODES, "merge" if incremental else "replace")
         section.done()
-        if (parquet is None) == (url is None):
+        if [parquet, url, delta].count(None) != 2:
             raise self.error(
-                where, "set exactly one of parquet (a directory) or url (a SQLAlchemy URL)"
+                where, "set exactly one of parquet (a directory), delta (a Delta table folder) "
+                "or url (a SQLAlchemy URL)"
             )
         if incremental and mode != "merge":
             raise self.error(
                 f"{where}.mode",
                 f"an incremental sync merges changed rows; mode must be 'merge', got {mode!r}",
             )
-        if parquet is not None:
-            return Destination("parquet", str(self.path(parquet)), cast(WriteMode, mode), where)
+        if parquet is not None:  # a local folder or s3:// gs:// az:// (connector.load.storage)
+            target = self.location(parquet, f"{where}.parquet")
+            return Destination("parquet", target, cast(WriteMode, mode), where)
+        if delta is not None:
+            target = self.location(delta, f"{where}.delta")
+            return Destination("delta", target, cast(WriteMode, mode), where)
         assert url is not None
         return Destination("sql", self.sql_url(url, f"{where}.url"), cast(WriteMode, mode), where)
+
+    def location(self, value: str, where: str) -> str:
+        """An object storage URL as it is (checked), else a local path made absolute."""
+        from connector.load.storage import check_location, is_remote
+
+        try:
+            checked = check_location(value, where)
+        except ConfigError as exc:
+            raise self.error(where, str(exc).removeprefix(f"{where}: ")) from None
+        return checked if is_remote(checked) else str(self.path(value))
 
     def sql_url(self, url: str, where: str) -> str:
         import sqlalchemy as sa

@@ -18,7 +18,7 @@ import contextlib
 import itertools
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from connector.errors import ConfigError, DestinationError
 from connector.extract import string_array
+from connector.extras import require
 from connector.jobs.config import Destination
 from connector.jobs.ids import IdSet, arrow_ints, arrow_mask, hash_ids
 from connector.load.csv import write_csv
@@ -44,7 +45,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DELETED_AT",
-    "CsvDestination",
+    "DeltaSink",
+    "ObjectSink",
     "Sink",
     "batch_digest",
     "digest",
@@ -107,6 +109,12 @@ class Sink(Protocol):
 
 
 def open_sink(destination: Destination) -> Sink:
+    from connector.load.storage import is_remote
+
+    if destination.kind == "delta":
+        return DeltaSink(destination)
+    if destination.kind in ("parquet", "csv") and is_remote(destination.target):
+        return ObjectSink(destination)
     if destination.kind == "parquet":
         return ParquetSink(destination)
     if destination.kind == "csv":
@@ -341,22 +349,10 @@ class ParquetSink:
             yield batch.filter(arrow_mask(~held.contains(batch.column(id_name))))
 
 
-@dataclass(frozen=True)
-class CsvDestination(Destination):
-    """A CSV directory (``export --format csv``) and how its text is written."""
-
-    #: Neutralise text a spreadsheet would run as a formula (``--excel-safe``).
-    excel_safe: bool = False
-
-
 class CsvSink(ParquetSink):
     """A directory with one ``<table name>.csv`` per table; always replaced whole."""
 
     suffix = "csv"
-
-    @property
-    def excel_safe(self) -> bool:
-        return isinstance(self.destination, CsvDestination) and self.destination.excel_safe
 
     def live_ids(self, table: Table, name: str) -> Iterator[pa.Array]:
         return iter(())
@@ -373,7 +369,147 @@ class CsvSink(ParquetSink):
         changed: IdSet | None = None,
         mark: bool = False,
     ) -> int:
-        return write_csv(batches, schema, self.path(name), excel_safe=self.excel_safe)
+        return write_csv(
+            batches, schema, self.path(name), excel_safe=self.destination.excel_safe
+        )
+
+
+class ObjectSink:
+    """Parquet or CSV files in object storage (``s3://bucket/prefix``, gs://, az://).
+
+    Each object is fetched to a local copy the first time a run reads it, written there by
+    the local sink (`ParquetSink`, `CsvSink`: the same merges, appends and marks), then
+    uploaded whole (`connector.load.storage`): the object is the old one or the new one.
+    """
+
+    def __init__(self, destination: Destination) -> None:
+        import tempfile
+
+        from connector.load.storage import ObjectStore
+
+        self.destination = destination
+        self.store = ObjectStore(destination.target)
+        self._copies = tempfile.TemporaryDirectory(prefix="connector-objects-")
+        local = replace(destination, target=self._copies.name)
+        self.local: ParquetSink = CsvSink(local) if destination.kind == "csv" else ParquetSink(local)
+        self._fetched: set[str] = set()
+
+    def check(self) -> None:
+        self.store.check()
+
+    def close(self) -> None:
+        self._copies.cleanup()
+
+    def _object(self, name: str) -> str:
+        return self.local.path(name).name
+
+    def target(self, name: str) -> str:
+        return self.store.url_of(self._object(name))
+
+    def _fetch(self, name: str) -> None:
+        """The object's local copy, downloaded once a run (then kept in step by writes)."""
+        if name not in self._fetched:
+            self.store.get(self._object(name), self.local.path(name))
+            self._fetched.add(name)
+
+    def exists(self, table: Table, name: str) -> bool:
+        return self.store.exists(self._object(name))
+
+    def live_ids(self, table: Table, name: str) -> Iterator[pa.Array]:
+        self._fetch(name)
+        return self.local.live_ids(table, name)
+
+    def digest(self, table: Table, name: str, schema: pa.Schema) -> Iterator[pa.Table]:
+        self._fetch(name)
+        return self.local.digest(table, name, schema)
+
+    def write(
+        self,
+        batches: Iterable[pa.RecordBatch],
+        table: Table,
+        schema: pa.Schema,
+        mode: WriteMode,
+        *,
+        name: str,
+        deleted: pa.Array | None = None,
+        changed: IdSet | None = None,
+        mark: bool = False,
+    ) -> int:
+        if mode != "replace":
+            self._fetch(name)
+        copy = self.local.path(name)
+        try:
+            rows = self.local.write(
+                batches, table, schema, mode, name=name, deleted=deleted, changed=changed,
+                mark=mark,
+            )
+            self.store.put(copy, self._object(name))
+        except BaseException:
+            self._fetched.discard(name)  # the copy may be ahead of the object now
+            copy.unlink(missing_ok=True)
+            raise
+        self._fetched.add(name)
+        return rows
+
+
+class DeltaSink:
+    """A folder (local or object storage) with one Delta table per table, named like it.
+
+    Every write is one Delta commit (`connector.load.delta`): a replace, an append of new
+    ids, or a merge whose deletions (or marks) commit with its rows, as in SQL.
+    """
+
+    def __init__(self, destination: Destination) -> None:
+        self.destination = destination
+
+    def check(self) -> None:
+        from connector.load.storage import ObjectStore, is_remote
+
+        require("deltalake", "Delta Lake destinations")
+        if is_remote(self.destination.target):
+            ObjectStore(self.destination.target).check()
+
+    def close(self) -> None:
+        pass
+
+    def target(self, name: str) -> str:
+        return f"{self.destination.target.rstrip('/')}/{file_name(name)}"
+
+    def exists(self, table: Table, name: str) -> bool:
+        from connector.load.delta import delta_exists
+
+        return delta_exists(self.target(name))
+
+    def live_ids(self, table: Table, name: str) -> Iterator[pa.Array]:
+        from connector.load.delta import read_delta
+
+        for batch in read_delta(self.target(name), [table.system_names()["id"]]):
+            yield batch.column(0)
+
+    def digest(self, table: Table, name: str, schema: pa.Schema) -> Iterator[pa.Table]:
+        from connector.load.delta import read_delta
+
+        for batch in read_delta(self.target(name), list(schema.names)):
+            yield batch_digest(batch, schema.names)
+
+    def write(
+        self,
+        batches: Iterable[pa.RecordBatch],
+        table: Table,
+        schema: pa.Schema,
+        mode: WriteMode,
+        *,
+        name: str,
+        deleted: pa.Array | None = None,
+        changed: IdSet | None = None,
+        mark: bool = False,
+    ) -> int:
+        from connector.load.delta import merge_delta, write_delta
+
+        uri, id_name = self.target(name), table.system_names()["id"]
+        if mode == "merge":
+            return merge_delta(batches, schema, uri, id_name=id_name, deleted=deleted, mark=mark)
+        return write_delta(batches, schema, uri, mode, id_name=id_name)
 
 
 class SqlSink:

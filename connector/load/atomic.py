@@ -30,13 +30,19 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     error (no space, no permission...) becomes a DestinationError naming the file.
     """
     target = Path(path)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(
-            dir=target.parent, prefix=f".{target.name}.", suffix=PARTIAL_SUFFIX
-        )
-    except OSError as exc:
-        raise DestinationError(f"cannot write {target}: {exc.strerror or exc}") from exc
+    made = _missing_dirs(target.parent)
+    for attempt in (1, 2):
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(
+                dir=target.parent, prefix=f".{target.name}.", suffix=PARTIAL_SUFFIX
+            )
+            break
+        except FileNotFoundError:  # another writer's failure just removed the empty folder
+            if attempt == 2:
+                raise DestinationError(f"cannot write {target}: its folder keeps vanishing") from None
+        except OSError as exc:
+            raise DestinationError(f"cannot write {target}: {exc.strerror or exc}") from exc
     os.close(fd)
     temp = Path(name)
     try:
@@ -48,10 +54,32 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         _fsync_dir(target.parent)
     except OSError as exc:
         temp.unlink(missing_ok=True)
+        _remove_empty(made)
         raise DestinationError(f"writing {target} failed: {exc.strerror or exc}") from exc
     except BaseException:
         temp.unlink(missing_ok=True)
+        _remove_empty(made)
         raise
+
+
+def _missing_dirs(directory: Path) -> list[Path]:
+    """The folders `directory` needs made, deepest first (none when it exists)."""
+    missing = []
+    for folder in (directory, *directory.parents):
+        if folder.exists():
+            break
+        missing.append(folder)
+    return missing
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove the folders a failed first write made, while they are empty (a failed or
+    stopped first export leaves no empty output folder behind)."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty: another table's file is there, or being written
+            return
 
 
 def _umask() -> int:

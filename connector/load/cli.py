@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -48,6 +48,20 @@ class _OneShot(click.Command):
             raise
 
 
+def _max_concurrency(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """--max-concurrency: 1 to connector.api.concurrency.MAX_CONCURRENCY (else exit 2)."""
+    if value is None:
+        return None
+    from connector.api.concurrency import MAX_CONCURRENCY, check_max_concurrency
+
+    try:
+        return check_max_concurrency(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"must be an integer from 1 to {MAX_CONCURRENCY}, not {value}", ctx, param
+        ) from None
+
+
 def _shared(command: Callable[..., Any]) -> Callable[..., Any]:
     """Options both commands take."""
     for option in reversed([
@@ -57,6 +71,10 @@ def _shared(command: Callable[..., Any]) -> Callable[..., Any]:
                      default=DEFAULT_PAGE_SIZE, show_default=True, help="Rows per API request."),
         click.option("--base-url", envvar="CONNECTOR_BASE_URL",
                      help="API base URL ending in /v1 (default: $CONNECTOR_BASE_URL)."),
+        click.option("--max-concurrency", type=int, metavar="N", callback=_max_concurrency,
+                     help="At most N API requests in flight; below it the client adapts to "
+                          "how fast the server answers [1 to 64; env "
+                          "CONNECTOR_MAX_CONCURRENCY; default 32]."),
         click.option("--json", "as_json", is_flag=True,
                      help="Print the summary as JSON (the shape `connector sync` prints)."),
     ]):
@@ -65,38 +83,64 @@ def _shared(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @click.command(cls=_OneShot)
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Directory for the files (one per table, replaced atomically).")
-@click.option("--format", "fmt", type=click.Choice(["parquet", "csv"]), default="parquet",
-              show_default=True, help="parquet keeps every column type; csv is plain text.")
+@click.option("--out", "out_dir", required=True, metavar="DIR|URL",
+              help="Directory for the files (one per table, replaced atomically), or an object "
+                   "storage folder: s3://bucket/prefix, gs://bucket/prefix, az://container/prefix "
+                   "(credentials from the provider's usual environment, profile or role).")
+@click.option("--format", "fmt", type=click.Choice(["parquet", "csv", "delta"]), default="parquet",
+              show_default=True, help="parquet keeps every column type; csv is plain text; delta "
+                                      "writes one Delta Lake table per table (one commit each).")
 @click.option("--excel-safe", is_flag=True,
               help="csv: a text cell starting with = + - @ (or a tab or carriage return) gets a "
                    "leading ' so a spreadsheet shows it instead of running it as a formula.")
 @_shared
 @click.pass_context
-def export(ctx: click.Context, out_dir: Path, fmt: str, excel_safe: bool,
+def export(ctx: click.Context, out_dir: str, fmt: str, excel_safe: bool,
            tables: tuple[str, ...], page_size: int, base_url: str | None,
-           as_json: bool) -> None:
-    """Export tables to Parquet or CSV files in a directory.
+           max_concurrency: int | None, as_json: bool) -> None:
+    """Export tables to Parquet, CSV or Delta Lake in a directory or object storage.
 
-    One <table name>.parquet (or .csv) per table, written aside and renamed into place, so
-    a failed export leaves the previous file. A second table with a name already taken gets
-    <table name>-<table id>. The API key is read from CONNECTOR_API_KEY.
+    One <table name>.parquet (or .csv, or a Delta table folder) per table, written aside and
+    swapped in (uploaded whole), so a failed export leaves the previous file. A second table
+    with a name already taken gets <table name>-<table id>. The API key is read from
+    CONNECTOR_API_KEY.
     """
     from connector.jobs.config import Destination
-    from connector.jobs.sinks import CsvDestination
 
     if excel_safe and fmt != "csv":
-        message = "--excel-safe applies to --format csv only"
-        if as_json:
-            _echo_json(_failed("export", message, ExitCode.USAGE, _now(), time.monotonic()))
-        raise click.BadOptionUsage("excel_safe", message)
-    target = str(out_dir.resolve())
-    destination = (
-        CsvDestination("csv", target, "replace", "--out", excel_safe=excel_safe) if fmt == "csv"
-        else Destination("parquet", target, "replace", "--out")
-    )
-    _run(ctx, "export", destination, tables, page_size, base_url, as_json)
+        _refuse("--excel-safe applies to --format csv only", "excel_safe", as_json)
+    target = _out(out_dir, as_json)
+    destination = Destination(fmt, target, "replace", "--out", excel_safe=excel_safe)  # type: ignore[arg-type]
+    _run(ctx, "export", destination, tables, page_size, base_url, max_concurrency, as_json)
+
+
+def _out(out: str, as_json: bool) -> str:
+    """--out as a destination's target: a checked storage URL, or an absolute directory
+    that can be one (no regular file at it or above it); else a usage error naming --out."""
+    from connector.errors import ConfigError
+    from connector.load.storage import check_location, is_remote
+
+    try:
+        checked = check_location(out, "--out")
+    except ConfigError as exc:
+        _refuse(str(exc), "out_dir", as_json)
+    if is_remote(checked):
+        return checked
+    path = Path(out).expanduser().resolve()
+    for at in (path, *path.parents):
+        if at.exists():
+            if not at.is_dir():
+                what = "is a file" if at == path else f"is under a file ({at})"
+                _refuse(f"--out: {path} {what}, not a directory", "out_dir", as_json)
+            break
+    return str(path)
+
+
+def _refuse(message: str, option: str, as_json: bool) -> NoReturn:
+    """A usage error (exit 2), with the JSON summary first when --json was given."""
+    if as_json:
+        _echo_json(_failed("export", message, ExitCode.USAGE, _now(), time.monotonic()))
+    raise click.BadOptionUsage(option, message)
 
 
 export.help = (export.help or "") + _EXIT_CODES
@@ -111,7 +155,8 @@ export.help = (export.help or "") + _EXIT_CODES
 @_shared
 @click.pass_context
 def load(ctx: click.Context, url: str, mode: str, tables: tuple[str, ...],
-         page_size: int, base_url: str | None, as_json: bool) -> None:
+         page_size: int, base_url: str | None, max_concurrency: int | None,
+         as_json: bool) -> None:
     """Load tables into a SQL database, one SQL table per table.
 
     replace swaps each table in within one transaction, so readers never see it partial or
@@ -120,14 +165,15 @@ def load(ctx: click.Context, url: str, mode: str, tables: tuple[str, ...],
     from connector.jobs.config import Destination
 
     destination = Destination("sql", url, mode, "--to")  # type: ignore[arg-type]
-    _run(ctx, "load", destination, tables, page_size, base_url, as_json)
+    _run(ctx, "load", destination, tables, page_size, base_url, max_concurrency, as_json)
 
 
 load.help = (load.help or "") + _EXIT_CODES
 
 
 def _run(ctx: click.Context, command: str, destination: Any, tables: tuple[str, ...],
-         page_size: int, base_url: str | None, as_json: bool) -> None:
+         page_size: int, base_url: str | None, max_concurrency: int | None,
+         as_json: bool) -> None:
     from connector.jobs.config import one_shot_job
     from connector.jobs.runner import (
         interrupted_summary,
@@ -143,7 +189,7 @@ def _run(ctx: click.Context, command: str, destination: Any, tables: tuple[str, 
         try:
             use_system_allocator()
             job = one_shot_job(command, destination, tables=tables, base_url=base_url,
-                               page_size=page_size)
+                               page_size=page_size, max_concurrency=max_concurrency)
             summary = run_job(job, show_progress=None)
         except ConnectorError as exc:  # before the first table: a key, an unknown --table
             if as_json:  # a scheduler still gets the one summary, in sync's shape
