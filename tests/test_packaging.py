@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 
 from connector.demo import DEMO_DATA, DEMO_FILES
+from connector.errors import ExitCode
 from connector.extras import EXTRAS
+from tests.fixtures.server import RunningServer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,16 +39,20 @@ class Installed:
     cwd: Path
 
     def run(
-        self, *argv: str, cwd: Path | None = None, timeout: float = 120
+        self,
+        *argv: str,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float = 120,
     ) -> subprocess.CompletedProcess[str]:
         """A program of the virtual environment (``connector``, ``python``), with an
         environment that points at nothing in the repository."""
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-        env["PATH"] = f"{self.venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+        clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        clean["PATH"] = f"{self.venv / 'bin'}{os.pathsep}{clean.get('PATH', '')}"
         return subprocess.run(
             [str(self.venv / "bin" / argv[0]), *argv[1:]],
             cwd=cwd or self.cwd,
-            env=env,
+            env={**clean, **(env or {})},
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -170,3 +176,48 @@ def test_a_missing_extra_is_one_line_naming_it(installed: Installed) -> None:
         "connector.errors.MissingExtra: connector.dagster (Dagster assets) needs an optional "
         "dependency: pip install 'table-data-connector[dagster]'"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "job", "line"),
+    [
+        (
+            ["export", "--out", "s3://bucket/tables"],
+            None,
+            "error: s3:// destinations needs an optional dependency: "
+            "pip install 'table-data-connector[s3]'",
+        ),
+        (
+            ["export", "--out", "lake", "--format", "delta"],
+            None,
+            "error: Delta Lake destinations needs an optional dependency: "
+            "pip install 'table-data-connector[delta]'",
+        ),
+        (
+            ["sync", "job.toml"],
+            '[[destination]]\ndelta = "lake"\n',
+            "error: {cwd}/job.toml: destination[0]: Delta Lake destinations needs an optional "
+            "dependency: pip install 'table-data-connector[delta]'",
+        ),
+    ],
+    ids=["export-s3", "export-delta", "sync-delta"],
+)
+def test_a_destination_without_its_extra_is_one_line_exit_2_and_writes_nothing(
+    installed: Installed,
+    server: RunningServer,
+    tmp_path: Path,
+    argv: list[str],
+    job: str | None,
+    line: str,
+) -> None:
+    if job is not None:
+        (tmp_path / "job.toml").write_text('[source]\napi_key_env = "CONNECTOR_API_KEY"\n\n' + job)
+    done = installed.run(
+        "connector",
+        *argv,
+        cwd=tmp_path,
+        env={"CONNECTOR_BASE_URL": server.base_url, "CONNECTOR_API_KEY": server.api_key},
+    )
+    assert (done.returncode, done.stdout) == (ExitCode.USAGE, ""), done.stderr
+    assert done.stderr.splitlines() == [line.format(cwd=tmp_path)]
+    assert not (tmp_path / "lake").exists()
