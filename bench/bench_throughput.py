@@ -1,0 +1,450 @@
+"""Throughput with no settings: `connector export` / `connector push` as whole processes
+against the fastest bare httpx loop a user could write, each a whole process too.
+
+The issue's goals, every ratio from this one run:
+
+1. Export (defaults) vs the fastest of bare loops at page 100 with 4, 8 and 16 requests in
+   flight, server ``--latency-ms 20`` and ``100``: >= 0.9x each.
+2. Server ``--rate-limit 50``: >= 0.9x of limit x page rows/s, < 1% of requests answered 429.
+3. No added latency, 1,000,000 rows: >= 0.9x the bare loop at the concurrency our export
+   reports it reached.
+4. 200 tables of 50 rows, 20 ms: export (every table) >= 0.8x the bare loop reading them all
+   concurrently (the fastest of 4, 8, 16 and all 200 in flight).
+5. Push: 5,000 updates at 20 ms >= 0.9x the fastest bare loop of PATCHes (4/8/16).
+6. Peak RSS of the 1,000,000-row export (a free-text column of ~80 characters): <= 150 MB.
+
+The table is the issue's: 5 columns including a free-text one, seeded through the server's
+storage layer. Ours: the installed `connector` script with CONNECTOR_BASE_URL and
+CONNECTOR_API_KEY and no other setting (`--json` only to read the level it reached and the
+run's own seconds: wall time less that is start-up and exit). The bare loops: `python -c`
+scripts that import httpx, page through (offset/limit, sorted, as our export reads) with N
+requests in flight and parse every page with orjson, nothing else. The server counts its
+answers (`bench._procs.CountingServer`), so requests and 429s are reported per contender.
+Each comparison: a warm-up of each contender, then RUNS rounds in alternating order; best
+against best (and median against median) is the ratio.
+
+``BENCH_QUICK=1`` (or ``python -m bench.bench_throughput --quick``) runs everything at a
+tenth of the size for a smoke run; ``BENCH_ROWS=N`` sets the main table's rows (the big
+table is 10x that).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pandas as pd
+
+from bench._procs import (
+    CONNECTOR,
+    CountingServer,
+    Figures,
+    Timed,
+    contest,
+    run,
+    start,
+    user_env,
+    verdict,
+)
+from connector.server.storage import Storage
+
+SPEC: dict[str, Any] = {
+    "name": "Bench",
+    "columns": [
+        {"name": "Name", "type": "text", "required": True},
+        {"name": "Note", "type": "text"},
+        {"name": "Amount", "type": "number"},
+        {"name": "Due", "type": "date"},
+        {"name": "Paid", "type": "checkbox"},
+    ],
+}
+PAGE = 100
+BARE_LEVELS = (4, 8, 16)
+GOAL_VS_BARE = 0.9
+GOAL_VS_LIMIT = 0.9
+GOAL_429_SHARE = 0.01
+GOAL_TABLES = 0.8
+GOAL_RSS_MB = 150.0
+RATE_LIMIT = 50
+TABLES = 200
+TABLE_ROWS = 50
+_WORDS = ("invoice", "late", "customer", "asked", "for", "a", "refund", "after", "the", "parcel",
+          "arrived", "damaged", "and", "support", "promised", "call", "back", "on", "Monday")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    main: int  #: the 100,000-row table of the issue
+    big: int  #: the 1,000,000-row table
+    rate: int  #: rows read under the rate limit
+    updates: int  #: updates pushed
+    runs: int  #: rounds after the warm-up
+
+    @classmethod
+    def from_env(cls) -> Sizes:
+        quick = os.environ.get("BENCH_QUICK", "") not in ("", "0")
+        main = int(os.environ.get("BENCH_ROWS", 10_000 if quick else 100_000))
+        return cls(main, main * 10, 10_000 if quick else 30_000, 1_000 if quick else 5_000,
+                   2 if quick else 3)
+
+
+def note(i: int) -> str:
+    """Free text of about 80 characters, different from row to row."""
+    words = [_WORDS[(i * 7 + k * 3) % len(_WORDS)] for k in range(13)]
+    return f"#{i}: " + " ".join(words)
+
+
+def seed(db: Path, rows: int, name: str) -> str:
+    """A table of `rows` rows (a tenth of the optional cells empty); returns its id."""
+    with contextlib.closing(Storage(str(db))) as storage:
+        table = storage.create_table({**SPEC, "name": name})
+        for begin in range(0, rows, 50_000):
+            cells = []
+            for i in range(begin, min(rows, begin + 50_000)):
+                fields: dict[str, Any] = {"Name": f"customer {i}", "Note": note(i)}
+                if i % 10:
+                    fields |= {"Amount": i * 1.25, "Paid": i % 2 == 0,
+                               "Due": f"2024-{i % 12 + 1:02d}-{i % 28 + 1:02d}"}
+                cells.append(table.check_create(fields, index=i))
+            storage.insert_rows(table, cells)
+        return table.id
+
+
+# --- contenders ---------------------------------------------------------------------------
+
+#: A bare read loop: argv base_url, table ids (comma-separated, or * for every table listed),
+#: requests in flight, page size; prints the rows read.
+BARE_READ = """
+import asyncio, os, sys
+import httpx, orjson
+base, ids, n, page = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+async def main():
+    gate = asyncio.Semaphore(n)
+    headers = {"Authorization": "Bearer " + os.environ["CONNECTOR_API_KEY"]}
+    limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
+    async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=120) as http:
+        async def get(tid, offset):
+            async with gate:
+                r = await http.get(f"/tables/{tid}/rows", params={
+                    "limit": page, "offset": offset, "sort": "created_at", "order": "asc"})
+                r.raise_for_status()
+                return orjson.loads(r.content)
+        async def table(tid):
+            first = await get(tid, 0)
+            rest = await asyncio.gather(*(get(tid, o) for o in range(page, first["total"], page)))
+            return len(first["rows"]) + sum(len(p["rows"]) for p in rest)
+        if ids == "*":
+            r = await http.get("/tables")
+            r.raise_for_status()
+            tables = [t["id"] for t in orjson.loads(r.content)["tables"]]
+        else:
+            tables = ids.split(",")
+        print(sum(await asyncio.gather(*(table(t) for t in tables))))
+asyncio.run(main())
+"""
+
+#: A bare PATCH loop: argv base_url, table id, requests in flight, a JSON file of
+#: [[row id, fields], ...]; prints the rows updated.
+BARE_PATCH = """
+import asyncio, os, sys
+import httpx, orjson
+base, tid, n, plan = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+updates = orjson.loads(open(plan, "rb").read())
+async def main():
+    gate = asyncio.Semaphore(n)
+    headers = {"Authorization": "Bearer " + os.environ["CONNECTOR_API_KEY"],
+               "Content-Type": "application/json"}
+    limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
+    async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=120) as http:
+        async def patch(row_id, fields):
+            async with gate:
+                r = await http.patch(f"/tables/{tid}/rows/{row_id}", content=orjson.dumps({"fields": fields}))
+                r.raise_for_status()
+        await asyncio.gather(*(patch(i, f) for i, f in updates))
+    print(len(updates))
+asyncio.run(main())
+"""
+
+
+@dataclass
+class Contender:
+    """A whole process to time, checked to have done the whole job each run; keeps what the
+    server answered it (by status) and the JSON summary of its last run, if it prints one.
+    `prepare`, if given, runs before each timed run (outside the clock) and returns the argv."""
+
+    argv: list[str]
+    env: dict[str, str]
+    server: CountingServer
+    expect: int  #: rows read / written
+    cwd: Path | None = None
+    prepare: Callable[[], list[str]] | None = None
+    counts: dict[str, int] | None = None
+    summary: dict[str, Any] | None = None
+
+    def __call__(self) -> Timed:
+        if self.prepare is not None:
+            self.argv = self.prepare()
+        self.server.take_counts()
+        timed = run(self.argv, self.env, self.cwd)
+        self.counts = self.server.take_counts()
+        out = timed.stdout.strip()
+        if out.startswith("{"):
+            self.summary = json.loads(out)
+            totals = self.summary["totals"]
+            done = totals["updated"] if self.summary["pushes"] else totals["rows_written"]
+        else:
+            done = int(out.splitlines()[-1])
+        if done != self.expect:
+            raise RuntimeError(f"{self.argv[:3]} did {done} rows, expected {self.expect}: {out[-500:]}")
+        return timed
+
+    @property
+    def requests(self) -> int:
+        return sum((self.counts or {}).values())
+
+
+def export(server: CountingServer, out: Path, tables: list[str], rows: int) -> Contender:
+    """`connector export --out DIR [--table T ...]` with defaults (and --json)."""
+    argv = [CONNECTOR, "export", "--out", str(out), *(a for t in tables for a in ("--table", t)), "--json"]
+    return Contender(argv, user_env(server), server, rows, cwd=out.parent)
+
+
+def bare_read(server: CountingServer, ids: str, level: int, rows: int) -> Contender:
+    argv = [sys.executable, "-c", BARE_READ, server.base_url, ids, str(level), str(PAGE)]
+    return Contender(argv, user_env(server), server, rows)
+
+
+def _level(ours: Contender) -> str:
+    """The level our run reached and its cap, from the JSON summary when it carries them."""
+    summary = ours.summary or {}
+    if "concurrency" not in summary:
+        return "level not reported"
+    return f"level reached {summary['concurrency']} (cap {summary.get('max_concurrency', '?')})"
+
+
+def _own_seconds(ours: Contender, figures: Figures) -> str:
+    """The run's own seconds (from its summary) against the process's wall time."""
+    own = (ours.summary or {}).get("seconds")
+    if own is None:
+        return ""
+    wall = figures.runs[-1].seconds
+    return f"; last run {wall:.2f} s wall of which the run itself {own:.2f} s (start-up and exit {wall - own:.2f} s)"
+
+
+def versus(label: str, ours: Contender, bares: dict[str, Contender], runs: int, goal: float) -> Figures:
+    """Ours against the fastest of `bares`; prints both and the verdict; returns our runs."""
+    figures = contest({"ours": ours, **bares}, runs)
+    mine = figures.pop("ours")
+    fastest = min(figures, key=lambda name: figures[name].best)
+    ratio = figures[fastest].best / mine.best
+    median = figures[fastest].median / mine.median
+    print(f"{label}")
+    print(f"  ours (connector, defaults): {mine.text()}, {ours.expect / mine.best:,.0f} rows/s, "
+          f"{ours.requests} requests, peak RSS {mine.peak_mb:.0f} MB; {_level(ours)}{_own_seconds(ours, mine)}")
+    for name, fig in figures.items():
+        print(f"  bare {name}: {fig.text()}, {bares[name].expect / fig.best:,.0f} rows/s, "
+              f"{bares[name].requests} requests{'  <- fastest' if name == fastest else ''}")
+    print(f"  ratio ours/fastest bare (best vs best) {ratio:.2f}, median vs median {median:.2f}; "
+          f"goal >= {goal} -> {verdict(ratio, goal)}", flush=True)
+    return mine
+
+
+# --- the cases ------------------------------------------------------------------------------
+
+
+def latency_cases(directory: Path, table: str, table_id: str, sizes: Sizes) -> None:
+    for latency in (20, 100):
+        server = start(directory, latency_ms=latency)
+        try:
+            bares = {f"{n} in flight": bare_read(server, table_id, n, sizes.main) for n in BARE_LEVELS}
+            versus(f"1. export {sizes.main:,} rows, server --latency-ms {latency}",
+                   export(server, directory / "out", [table], sizes.main), bares, sizes.runs, GOAL_VS_BARE)
+        finally:
+            server.stop()
+
+
+def rate_limited(directory: Path, table: str, sizes: Sizes) -> None:
+    server = start(directory, rate_limit=RATE_LIMIT)
+    try:
+        ours = export(server, directory / "out", [table], sizes.rate)
+
+        def spent_then_ours() -> Timed:
+            """The burst allowance is spent first, so the figure is the sustained rate."""
+            with server.client() as http:
+                while http.get("/tables").status_code != 429:
+                    pass
+            return ours()
+
+        figures = contest({"ours": spent_then_ours}, sizes.runs)["ours"]
+        counts = ours.counts or {}
+    finally:
+        server.stop()
+    bound = RATE_LIMIT * PAGE
+    ratio = sizes.rate / figures.best / bound
+    share = counts.get("429", 0) / max(1, ours.requests)
+    print(f"2. export {sizes.rate:,} rows, server --rate-limit {RATE_LIMIT} (bound {bound:,} rows/s)")
+    print(f"  ours: {figures.text()}, {sizes.rate / figures.best:,.0f} rows/s; {_level(ours)}")
+    print(f"  ratio to limit x page {ratio:.2f} (goal >= {GOAL_VS_LIMIT}) -> {verdict(ratio, GOAL_VS_LIMIT)}; "
+          f"429s in the last run {counts.get('429', 0)} of {ours.requests} requests ({share:.1%}, goal < "
+          f"{GOAL_429_SHARE:.0%}) -> {verdict(share, GOAL_429_SHARE - 1e-9, at_most=True)}", flush=True)
+
+
+def big_case(directory: Path, table: str, table_id: str, sizes: Sizes) -> None:
+    """Case 3, and case 6 from the same runs of our export (GNU time's peak RSS of each)."""
+    server = start(directory)
+    try:
+        ours = export(server, directory / "out", [table], sizes.big)
+        ours()  # learn the level it reaches, so the bare loop runs at the same one
+        level = int((ours.summary or {}).get("concurrency") or 0)
+        levels = [level] if level else list(BARE_LEVELS)
+        bares = {f"{n} in flight": bare_read(server, table_id, n, sizes.big) for n in levels}
+        label = (f"3. export {sizes.big:,} rows, no added latency, vs the bare loop at "
+                 + (f"our level ({level})" if level else "4/8/16 (our level is not reported)"))
+        mine = versus(label, ours, bares, sizes.runs, GOAL_VS_BARE)
+    finally:
+        server.stop()
+    print(f"6. peak RSS of `connector export` of {sizes.big:,} rows with an ~80-character text column: "
+          f"{mine.peak_mb:.0f} MB (highest of {len(mine.runs)} runs; goal <= {GOAL_RSS_MB:.0f} MB) -> "
+          f"{verdict(mine.peak_mb, GOAL_RSS_MB, at_most=True)}", flush=True)
+
+
+def many_tables(root: Path, sizes: Sizes) -> None:
+    directory = root / "many"
+    directory.mkdir()
+    db = directory / "server.db"
+    for t in range(TABLES):
+        seed(db, TABLE_ROWS, f"small {t:03d}")
+    rows = TABLES * TABLE_ROWS
+    server = start(directory, latency_ms=20)
+    try:
+        bares = {f"{n} in flight": bare_read(server, "*", n, rows) for n in (*BARE_LEVELS, TABLES)}
+        versus(f"4. export {TABLES} tables of {TABLE_ROWS} rows, server --latency-ms 20",
+               export(server, directory / "out", [], rows), bares, sizes.runs, GOAL_TABLES)
+    finally:
+        server.stop()
+
+
+# --- push -----------------------------------------------------------------------------------
+
+_PUSH_SPEC: dict[str, Any] = {
+    "columns": [
+        {"name": "Name", "type": "text", "required": True},
+        {"name": "Zip", "type": "text"},
+        {"name": "Age", "type": "number"},
+        {"name": "Born", "type": "date"},
+        {"name": "Member", "type": "checkbox"},
+    ],
+}
+
+
+def _push_cells(i: int) -> dict[str, Any]:
+    return {"Name": f"n{i:06d}", "Zip": f"{i % 100000:05d}", "Age": float(i % 90) + 0.5,
+            "Born": (dt.date(1950, 1, 1) + dt.timedelta(days=i % 20000)).isoformat(), "Member": i % 2 == 0}
+
+
+class PushRound:
+    """Fresh tables of `rows` rows for each push run, and the source that updates them all
+    (Age changed on every row): 5,000 updates, the plan bench_push builds."""
+
+    def __init__(self, server: CountingServer, directory: Path, rows: int) -> None:
+        self.server, self.directory, self.rows = server, directory, rows
+        self.made = 0
+        source = pd.DataFrame([_push_cells(i) | {"Age": 1000.0} for i in range(rows)])
+        self.csv = directory / "updates.csv"
+        source.to_csv(self.csv, index=False)
+
+    def table(self) -> tuple[str, str]:
+        """A new table (name, id) holding the rows before the update."""
+        self.made += 1
+        name = f"push {self.made}"
+        with contextlib.closing(Storage(str(self.server.db_path))) as storage:
+            made = storage.create_table({**_PUSH_SPEC, "name": name})
+            storage.insert_rows(made, [made.check_create(_push_cells(i)) for i in range(self.rows)])
+        return name, made.id
+
+    def ours(self) -> Contender:
+        """`connector push updates.csv --table T --key Name` (upsert), a fresh table each run."""
+
+        def argv() -> list[str]:
+            name, _ = self.table()
+            return [CONNECTOR, "push", str(self.csv), "--table", name, "--key", "Name", "--json"]
+
+        return Contender([], user_env(self.server), self.server, self.rows, self.directory, argv)
+
+    def bare(self, level: int) -> Contender:
+        """The same PATCHes (the plan's, computed before the clock starts) at `level` in flight."""
+
+        def argv() -> list[str]:
+            _, table_id = self.table()
+            plan = self.directory / f"plan-{level}.json"
+            plan.write_bytes(orjson.dumps(self._plan(table_id)))
+            return [sys.executable, "-c", BARE_PATCH, self.server.base_url, table_id, str(level), str(plan)]
+
+        return Contender([], user_env(self.server), self.server, self.rows, prepare=argv)
+
+    def _plan(self, table_id: str) -> list[list[Any]]:
+        """[[row id, fields]] of the push plan against this table, made as `connector push` does."""
+        from connector.api import Client
+        from connector.push.live import read_live
+        from connector.push.plan import make_plan
+        from connector.push.source import read_source
+        from connector.push.validate import Key, validate
+
+        with Client(self.server.base_url, self.server.api_key) as client:
+            table = client.get_table(table_id)
+            plan = make_plan(validate(read_source(self.csv), table, Key(("Name",))), read_live(client, table),
+                             "upsert")
+        assert len(plan.updates) == self.rows and not plan.creates and not plan.deletes
+        return [[u.id, u.fields] for u in plan.updates]
+
+
+def push_case(root: Path, sizes: Sizes) -> None:
+    directory = root / "push"
+    directory.mkdir()
+    server = start(directory, latency_ms=20)
+    try:
+        round_ = PushRound(server, directory, sizes.updates)
+        bares = {f"{n} in flight": round_.bare(n) for n in BARE_LEVELS}
+        versus(f"5. push {sizes.updates:,} updates, server --latency-ms 20 (each run a fresh table)",
+               round_.ours(), bares, sizes.runs, GOAL_VS_BARE)
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    sizes = Sizes.from_env()
+    print(f"sizes: {sizes} (BENCH_QUICK=1 for a smoke run, BENCH_ROWS=N for the main table)")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        directory = root / "main"
+        directory.mkdir()
+        (directory / "out").mkdir()
+        db = directory / "server.db"
+        started = time.perf_counter()
+        main_id = seed(db, sizes.main, "main")
+        seed(db, sizes.rate, "rated")
+        print(f"seeded {sizes.main + sizes.rate:,} rows in {time.perf_counter() - started:.1f} s", flush=True)
+        latency_cases(directory, "main", main_id, sizes)
+        rate_limited(directory, "rated", sizes)
+        many_tables(root, sizes)
+        push_case(root, sizes)
+        started = time.perf_counter()
+        big_id = seed(db, sizes.big, "big")
+        print(f"seeded {sizes.big:,} rows in {time.perf_counter() - started:.1f} s", flush=True)
+        big_case(directory, "big", big_id, sizes)
+
+
+if __name__ == "__main__":
+    if "--quick" in sys.argv[1:]:
+        os.environ["BENCH_QUICK"] = "1"
+    main()
