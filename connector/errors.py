@@ -42,6 +42,7 @@ This module imports nothing heavy (no pandas, no pyarrow): the CLI imports it fi
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from enum import IntEnum
 from typing import TYPE_CHECKING
@@ -111,6 +112,13 @@ class ConfigError(ConnectorError):
     """A configuration file, environment variable or command-line option is wrong."""
 
     exit_code = ExitCode.USAGE
+
+    def where(self, prefix: str) -> ConfigError:
+        """The same error (same class, same details) with `prefix` before its message: a
+        job file names the key at fault (``job.toml: destination[0]: ...``)."""
+        located = copy.copy(self)
+        located.args = (f"{prefix}{self}", *self.args[1:])
+        return located
 
 
 class TableNotFound(ConfigError):

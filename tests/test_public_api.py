@@ -104,3 +104,13 @@ def test_the_modules_naming_our_facts_are_cheap_to_import() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_config_error_located_in_a_job_file_keeps_its_class_and_details() -> None:
+    from connector.errors import MissingExtra, TableNotFound
+
+    missing = MissingExtra("delta destinations", "delta").where("job.toml: destination[0]: ")
+    assert isinstance(missing, MissingExtra) and missing.extra == "delta"
+    assert str(missing).startswith("job.toml: destination[0]: delta destinations needs")
+    found = TableNotFound("no table 'Ordrs'", wanted="Ordrs", suggestions=["Orders"]).where("x: ")
+    assert (str(found), found.wanted, found.suggestions) == ("x: no table 'Ordrs'", "Ordrs", ("Orders",))

@@ -511,7 +511,7 @@ def _check(job: Job, sink: Sink) -> None:
     except ConfigError as exc:
         if job.one_shot:
             raise
-        raise type(exc)(f"{job.path}: {sink.destination.where}: {exc}") from None
+        raise exc.where(f"{job.path}: {sink.destination.where}: ") from None
 
 
 def _outcome(
@@ -591,7 +591,7 @@ class _Run:
             try:
                 return resolve_table(summaries, value)
             except ConfigError as exc:
-                raise type(exc)(f"{where}{key}{exc}") from None
+                raise exc.where(f"{where}{key}") from None
 
         if selection.include is None:
             wanted = [s.id for s in summaries]
@@ -1370,7 +1370,7 @@ def _push(client: Client, job: Job, spec: PushSpec, dry_run: bool, emit: Reporte
             date_format=spec.date_format,
         )
     except ConfigError as exc:  # the table or key does not fit: name the job's key at fault
-        raise type(exc)(f"{job.path}: {spec.where}: {exc}") from None
+        raise exc.where(f"{job.path}: {spec.where}: ") from None
     except ConnectorError as exc:  # invalid spreadsheet (nothing written), API failure
         done = written_before(exc)  # what an apply stopped part-way had written
         out = PushResult(
