@@ -42,7 +42,6 @@ This module imports nothing heavy (no pandas, no pyarrow): the CLI imports it fi
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from enum import IntEnum
 from typing import TYPE_CHECKING
@@ -116,7 +115,8 @@ class ConfigError(ConnectorError):
     def where(self, prefix: str) -> ConfigError:
         """The same error (same class, same details) with `prefix` before its message: a
         job file names the key at fault (``job.toml: destination[0]: ...``)."""
-        located = copy.copy(self)
+        located = type(self).__new__(type(self))  # not __init__: its arguments vary by class
+        located.__dict__.update(self.__dict__)
         located.args = (f"{prefix}{self}", *self.args[1:])
         return located
 
