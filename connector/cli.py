@@ -82,7 +82,7 @@ class _UsageLine(click.ClickException):
 #: tests/test_startup.py keeps these sentences equal to the commands' own.
 _LAZY: dict[str, tuple[str, str, str]] = {
     "export": ("connector.load.cli", "export",
-               "Export tables to Parquet or CSV files in a directory."),
+               "Export tables to Parquet, CSV or Delta Lake in a directory or object storage."),
     "keys": ("connector.server.cli", "keys",
              "Manage API keys of a reference server's database."),
     "load": ("connector.load.cli", "load",
