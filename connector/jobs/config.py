@@ -132,9 +132,10 @@ class Destination:
     CSV directories come from `connector export --format csv` only: they are always replaced.
     """
 
-    kind: Literal["parquet", "csv", "sql", "delta"]
+    kind: Literal["parquet", "csv", "sql", "delta", "duckdb"]
     #: An absolute directory or an object storage URL (``s3://bucket/prefix``, see
-    #: `connector.load.storage`) for parquet/csv/delta, a SQLAlchemy URL for sql.
+    #: `connector.load.storage`) for parquet/csv/delta, a SQLAlchemy URL for sql, a
+    #: ``duckdb:///<absolute path>`` for duckdb.
     target: str
     mode: WriteMode
     where: str  # the key path, for messages: ``destination[0]``
@@ -503,6 +504,8 @@ class _Parser:
             target = self.location(delta, f"{where}.delta")
             return Destination("delta", target, cast(WriteMode, mode), where)
         assert url is not None
+        if url.startswith("duckdb:"):  # written natively, not through SQLAlchemy
+            return Destination("duckdb", self.duckdb_url(url, f"{where}.url"), cast(WriteMode, mode), where)
         return Destination("sql", self.sql_url(url, f"{where}.url"), cast(WriteMode, mode), where)
 
     def location(self, value: str, where: str) -> str:
@@ -514,6 +517,15 @@ class _Parser:
         except ConfigError as exc:
             raise self.error(where, str(exc).removeprefix(f"{where}: ")) from None
         return checked if is_remote(checked) else str(self.path(value))
+
+    def duckdb_url(self, url: str, where: str) -> str:
+        """``duckdb:///<path>``, relative to the job file as a sqlite URL's path is."""
+        from connector.load.duckdb import duckdb_url
+
+        try:
+            return duckdb_url(url, self.base, where)
+        except ConfigError as exc:
+            raise self.error(where, str(exc).removeprefix(f"{where}: ")) from None
 
     def sql_url(self, url: str, where: str) -> str:
         import sqlalchemy as sa

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import re
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, date, datetime
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DELETED_AT",
     "DeltaSink",
+    "DuckdbSink",
     "ObjectSink",
     "Sink",
     "batch_digest",
@@ -113,6 +115,8 @@ def open_sink(destination: Destination) -> Sink:
 
     if destination.kind == "delta":
         return DeltaSink(destination)
+    if destination.kind == "duckdb":
+        return DuckdbSink(destination)
     if destination.kind in ("parquet", "csv") and is_remote(destination.target):
         return ObjectSink(destination)
     if destination.kind == "parquet":
@@ -510,6 +514,90 @@ class DeltaSink:
         if mode == "merge":
             return merge_delta(batches, schema, uri, id_name=id_name, deleted=deleted, mark=mark)
         return write_delta(batches, schema, uri, mode, id_name=id_name)
+
+
+class DuckdbSink:
+    """A DuckDB database file (``duckdb:///path``) with one table per table, named like it.
+
+    One connection a run (DuckDB lets one process at a time write a file), a cursor per
+    call (tables may be read on several threads). Every write is one transaction
+    (`connector.load.duckdb`), marks included: rows that come back are inserted afresh,
+    so their stamp is gone with their old version.
+    """
+
+    def __init__(self, destination: Destination) -> None:
+        from connector.load.duckdb import url_path
+
+        self.destination = destination
+        self.path = url_path(destination.target, destination.where)
+        self._con: Any = None
+        self._opening = threading.Lock()
+
+    def _cursor(self) -> Any:
+        from connector.load.duckdb import connect
+
+        with self._opening:
+            if self._con is None:
+                self._con = connect(self.path)
+            return self._con.cursor()
+
+    def check(self) -> None:
+        self._cursor().close()  # opens (or creates) the file: a locked one fails first
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    def target(self, name: str) -> str:
+        return name
+
+    def exists(self, table: Table, name: str) -> bool:
+        from connector.load.duckdb import has_table
+
+        with self._failures(name), contextlib.closing(self._cursor()) as cur:
+            return has_table(cur, name)
+
+    def live_ids(self, table: Table, name: str) -> Iterator[pa.Array]:
+        from connector.load.duckdb import read_table
+
+        with self._failures(name), contextlib.closing(self._cursor()) as cur:
+            for batch in read_table(cur, name, [table.system_names()["id"]]):
+                yield batch.column(0).cast(pa.string())
+
+    def digest(self, table: Table, name: str, schema: pa.Schema) -> Iterator[pa.Table]:
+        from connector.load.duckdb import read_table
+
+        with self._failures(name), contextlib.closing(self._cursor()) as cur:
+            for batch in read_table(cur, name, list(schema.names)):
+                yield batch_digest(batch, schema.names)
+
+    def write(
+        self,
+        batches: Iterable[pa.RecordBatch],
+        table: Table,
+        schema: pa.Schema,
+        mode: WriteMode,
+        *,
+        name: str,
+        deleted: pa.Array | None = None,
+        changed: IdSet | None = None,
+        mark: bool = False,
+    ) -> int:
+        from connector.load.duckdb import write_table
+
+        with contextlib.closing(self._cursor()) as cur:
+            return write_table(cur, batches, table, schema, mode, name=name, deleted=deleted, mark=mark)
+
+    @contextlib.contextmanager
+    def _failures(self, name: str) -> Iterator[None]:
+        """DuckDB's errors become a DestinationError naming the table and the file."""
+        duckdb = require("duckdb", "duckdb:/// destinations")
+        try:
+            yield
+        except duckdb.Error as exc:
+            reason = " ".join(str(exc).split())
+            raise DestinationError(f"reading {name!r} in duckdb:{self.path} failed: {reason}") from exc
 
 
 class SqlSink:

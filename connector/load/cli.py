@@ -148,7 +148,8 @@ export.help = (export.help or "") + _EXIT_CODES
 
 @click.command(cls=_OneShot)
 @click.option("--to", "url", required=True, metavar="URL",
-              help="SQLAlchemy database URL, e.g. sqlite:///warehouse.db or postgresql://u@h/db.")
+              help="SQLAlchemy database URL, e.g. sqlite:///warehouse.db or postgresql://u@h/db, "
+                   "or a DuckDB file: duckdb:///analytics.duckdb.")
 @click.option("--mode", type=click.Choice(WRITE_MODES), default="replace", show_default=True,
               help="replace: swap in a fresh table; append: add only rows whose _id the table "
                    "does not hold yet, leaving held rows unchanged; merge: upsert by row id.")
@@ -165,6 +166,14 @@ def load(ctx: click.Context, url: str, mode: str, tables: tuple[str, ...],
     from connector.jobs.config import Destination
 
     destination = Destination("sql", url, mode, "--to")  # type: ignore[arg-type]
+    if url.startswith("duckdb:"):  # a DuckDB file, written natively (connector.load.duckdb)
+        from connector.errors import ConfigError
+        from connector.load.duckdb import duckdb_url
+
+        try:
+            destination = Destination("duckdb", duckdb_url(url, Path.cwd(), "--to"), mode, "--to")  # type: ignore[arg-type]
+        except ConfigError as exc:
+            _refuse(str(exc), "url", as_json)
     _run(ctx, "load", destination, tables, page_size, base_url, max_concurrency, as_json)
 
 
