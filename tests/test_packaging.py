@@ -203,8 +203,20 @@ def test_a_missing_extra_is_one_line_naming_it(installed: Installed) -> None:
             "error: {cwd}/job.toml: destination[0]: Delta Lake destinations needs an optional "
             "dependency: pip install 'table-data-connector[delta]'",
         ),
+        (
+            ["load", "--to", "duckdb:///lake"],
+            None,
+            "error: duckdb:/// destinations needs an optional dependency: "
+            "pip install 'table-data-connector[duckdb]'",
+        ),
+        (
+            ["sync", "job.toml"],
+            '[[destination]]\nurl = "duckdb:///lake"\n',
+            "error: {cwd}/job.toml: destination[0]: duckdb:/// destinations needs an optional "
+            "dependency: pip install 'table-data-connector[duckdb]'",
+        ),
     ],
-    ids=["export-s3", "export-delta", "sync-delta"],
+    ids=["export-s3", "export-delta", "sync-delta", "load-duckdb", "sync-duckdb"],
 )
 def test_a_destination_without_its_extra_is_one_line_exit_2_and_writes_nothing(
     installed: Installed,
