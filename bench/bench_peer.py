@@ -7,7 +7,7 @@ ours: an offset paginator (``offset``/``limit``, page 100, stop at ``total``), t
 rows endpoint sorted by creation, a bearer token, rows under ``rows``; destination
 `filesystem` writing Parquet into a temporary directory, its pipelines and data directory
 there too, telemetry off (RUNTIME__DLTHUB_TELEMETRY=false): fully offline. Each side is
-checked to have written every row. A warm-up of each, then RUNS rounds alternating.
+checked to have written every row. A warm-up of each, then 3 rounds (2 quick) alternating.
 Goal: ours >= 7x faster.
 
 dlt is an optional bench dependency (the `bench` extra): without it this prints that the
