@@ -1,0 +1,189 @@
+"""Data platforms: rows/s and peak RSS of whole `connector` processes writing 1,000,000 rows to
+DuckDB, S3 (Parquet) and Delta Lake (local and S3), each against the local Parquet export of
+the same rows in the same run; and our DuckDB writer against DuckDB itself.
+
+1. ``connector export --out DIR`` (the reference), ``connector load --to duckdb:///FILE``,
+   ``export --out s3://bucket/parquet``, ``export --format delta --out DIR`` and
+   ``--out s3://bucket/delta``: wall time (spawn to exit), rows/s, the ratio to the local
+   Parquet export, and peak RSS (GNU time, per process). The goal for RSS: flat, as for
+   Parquet (a whole table never in memory). S3 is moto in server mode on 127.0.0.1, started
+   by this bench (a thread of the bench process: its CPU competes with ours on 2 cores).
+2. DuckDB: our writer (`connector.load.duckdb.write_table`, fed the local Parquet export's
+   rows in batches of a page, as an export hands them over) against DuckDB reading the same
+   file itself (``CREATE TABLE t AS SELECT * FROM read_parquet(...)``), each a whole process
+   timing its own write; goal >= 0.5x. Also printed: the whole ``connector load`` against
+   the same, which includes reading every row from the API (that side's fair counterpart is
+   the Parquet export ratio of part 1).
+
+The table is bench_throughput's: 5 columns including an ~80-character free-text one, seeded
+through the server's storage. Each contender runs once to warm up, then RUNS rounds in
+alternating order; best against best is the ratio. Measured, never asserted.
+
+``BENCH_QUICK=1`` (or ``--quick``): 50,000 rows; ``BENCH_ROWS=N`` sets the rows,
+``BENCH_RUNS=N`` the rounds (default 2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from bench._procs import CONNECTOR, Figures, Timed, contest, run, start, user_env, verdict
+from bench.bench_throughput import SPEC, seed
+from tests.fixtures.s3 import start_s3_server
+
+GOAL_DUCKDB = 0.5
+BUCKET = "bench"
+#: Rows a batch holds when an export hands them to a writer (one page).
+PAGE_ROWS = 1000
+
+#: Our DuckDB writer alone: argv parquet file, database, the table's API schema (JSON).
+OUR_WRITER = """
+import json, sys, time
+import pyarrow.parquet as pq
+from connector.load.duckdb import connect, write_table
+from connector.schema import Table
+source, target, spec = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+table = Table.from_api(spec)
+started = time.perf_counter()
+file = pq.ParquetFile(source)
+con = connect(target)
+rows = write_table(con, file.iter_batches(PAGE_ROWS), table, file.schema_arrow, "replace", name=table.name)
+con.close()
+print(json.dumps({"rows": rows, "seconds": time.perf_counter() - started}))
+""".replace("PAGE_ROWS", str(PAGE_ROWS))
+
+#: DuckDB itself: argv parquet file, database.
+DUCKDB_CTAS = """
+import json, sys, time
+import duckdb
+started = time.perf_counter()
+con = duckdb.connect(sys.argv[2])
+con.execute("CREATE OR REPLACE TABLE t AS SELECT * FROM read_parquet(?)", [sys.argv[1]])
+rows = con.execute("SELECT count(*) FROM t").fetchone()[0]
+con.close()
+print(json.dumps({"rows": rows, "seconds": time.perf_counter() - started}))
+"""
+
+
+def rows_setting() -> tuple[int, int]:
+    quick = os.environ.get("BENCH_QUICK", "") not in ("", "0")
+    rows = int(os.environ.get("BENCH_ROWS", 50_000 if quick else 1_000_000))
+    return rows, int(os.environ.get("BENCH_RUNS", 2))
+
+
+class Contender:
+    """One whole process, run again each round; checks the rows it reports writing and keeps
+    the seconds it reports for its own work (JSON ``seconds``) beside the wall time."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], rows: int, cwd: Path | None = None,
+                 *, reset: Callable[[], None] | None = None) -> None:
+        self.argv, self.env, self.rows, self.cwd, self.reset = argv, env, rows, cwd, reset
+        self.own: list[float] = []
+
+    def __call__(self) -> Timed:
+        if self.reset is not None:
+            self.reset()
+        timed = run(self.argv, self.env, self.cwd)
+        out = json.loads(timed.stdout)
+        done = out["totals"]["rows_written"] if "totals" in out else out["rows"]
+        if done != self.rows:
+            raise RuntimeError(f"{self.argv[:4]} wrote {done} rows, expected {self.rows}")
+        self.own.append(float(out["seconds"]))
+        return timed
+
+
+def platforms(directory: Path, rows: int, runs: int, s3_env: dict[str, str]) -> tuple[Path, Figures]:
+    """Part 1; returns the local Parquet file and the DuckDB load's runs, for part 2."""
+    server = start(directory)
+    out = directory / "out"
+    env = user_env(server) | s3_env
+    local = out / "parquet"
+
+    def export(*args: str) -> list[str]:
+        return [CONNECTOR, "export", *args, "--json"]
+
+    duckdb_file = out / "load.duckdb"
+    contenders = {
+        "parquet, local (reference)": Contender(export("--out", str(local)), env, rows),
+        "duckdb:/// (load)": Contender([CONNECTOR, "load", "--to", f"duckdb:///{duckdb_file}", "--json"],
+                                       env, rows),
+        "parquet, s3:// (moto)": Contender(export("--out", f"s3://{BUCKET}/parquet"), env, rows),
+        "delta, local": Contender(export("--format", "delta", "--out", str(out / "delta")), env, rows),
+        "delta, s3:// (moto)": Contender(export("--format", "delta", "--out", f"s3://{BUCKET}/delta"),
+                                         env, rows),
+    }
+    try:
+        figures = contest(contenders, runs)
+    finally:
+        server.stop()
+    reference = figures["parquet, local (reference)"]
+    print(f"1. {rows:,} rows (a free-text column), whole processes, best of {runs} after a warm-up")
+    for name, fig in figures.items():
+        own = min(contenders[name].own)
+        print(f"  {name:<28} {fig.text()}, {rows / fig.best:>9,.0f} rows/s, ratio to local Parquet "
+              f"{reference.best / fig.best:.2f}, peak RSS {fig.peak_mb:.0f} MB "
+              f"(local Parquet {reference.peak_mb:.0f} MB); the run itself {own:.2f} s", flush=True)
+    return local / "Bench.parquet", figures["duckdb:/// (load)"]
+
+
+def against_ctas(parquet: Path, directory: Path, rows: int, runs: int, load: Figures) -> None:
+    """Part 2."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONNECTOR_")}
+    spec = json.dumps({"id": "tbl_bench", **SPEC})
+    ours_db, theirs_db = directory / "ours.duckdb", directory / "theirs.duckdb"
+
+    def fresh(path: Path) -> Callable[[], None]:
+        def remove() -> None:
+            for p in (path, path.with_name(path.name + ".wal")):
+                p.unlink(missing_ok=True)
+        return remove
+
+    contenders = {
+        "our writer": Contender([sys.executable, "-c", OUR_WRITER, str(parquet), str(ours_db), spec],
+                                env, rows, reset=fresh(ours_db)),
+        "duckdb read_parquet": Contender([sys.executable, "-c", DUCKDB_CTAS, str(parquet), str(theirs_db)],
+                                         env, rows, reset=fresh(theirs_db)),
+    }
+    figures = contest(contenders, runs)
+    ours, theirs = min(contenders["our writer"].own), min(contenders["duckdb read_parquet"].own)
+    ratio = theirs / ours
+    mine: Figures = figures["our writer"]
+    print(f"2. DuckDB: {rows:,} rows from the local Parquet file into a table, own seconds (wall)")
+    print(f"  our writer (batches of {PAGE_ROWS}): {ours:.2f} s ({mine.best:.2f} s wall, peak RSS "
+          f"{mine.peak_mb:.0f} MB); duckdb CREATE TABLE AS read_parquet: {theirs:.2f} s "
+          f"({figures['duckdb read_parquet'].best:.2f} s wall, peak RSS "
+          f"{figures['duckdb read_parquet'].peak_mb:.0f} MB)")
+    print(f"  ratio ours/duckdb {ratio:.2f} (goal >= {GOAL_DUCKDB}) -> {verdict(ratio, GOAL_DUCKDB)}")
+    whole = figures["duckdb read_parquet"].best / load.best
+    print(f"  whole `connector load` (API read included) vs duckdb read_parquet, wall: {whole:.2f} "
+          "(the API read dominates: compare part 1's ratio to the Parquet export)", flush=True)
+
+
+def main() -> None:
+    rows, runs = rows_setting()
+    print(f"rows {rows:,}, rounds {runs} (BENCH_QUICK=1 for a smoke run, BENCH_ROWS, BENCH_RUNS)")
+    s3 = start_s3_server()
+    try:
+        s3.create_bucket(BUCKET)
+        s3_env = s3.env() | {"AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+        with tempfile.TemporaryDirectory() as tmp:
+            directory = Path(tmp)
+            started = time.perf_counter()
+            seed(directory / "server.db", rows, "Bench")
+            print(f"seeded {rows:,} rows in {time.perf_counter() - started:.1f} s", flush=True)
+            parquet, load = platforms(directory, rows, runs, s3_env)
+            against_ctas(parquet, directory, rows, runs, load)
+    finally:
+        s3.stop()
+
+
+if __name__ == "__main__":
+    if "--quick" in sys.argv[1:]:
+        os.environ["BENCH_QUICK"] = "1"
+    main()
