@@ -555,12 +555,16 @@ class DuckdbSink:
     def exists(self, table: Table, name: str) -> bool:
         from connector.load.duckdb import has_table
 
+        if not Path(self.path).is_file():  # not created by asking (a dry run writes nothing)
+            return False
         with self._failures(name), contextlib.closing(self._cursor()) as cur:
             return has_table(cur, name)
 
     def live_ids(self, table: Table, name: str) -> Iterator[pa.Array]:
         from connector.load.duckdb import read_table
 
+        if not Path(self.path).is_file():
+            return
         with self._failures(name), contextlib.closing(self._cursor()) as cur:
             for batch in read_table(cur, name, [table.system_names()["id"]]):
                 yield batch.column(0).cast(pa.string())
@@ -568,6 +572,8 @@ class DuckdbSink:
     def digest(self, table: Table, name: str, schema: pa.Schema) -> Iterator[pa.Table]:
         from connector.load.duckdb import read_table
 
+        if not Path(self.path).is_file():
+            return
         with self._failures(name), contextlib.closing(self._cursor()) as cur:
             for batch in read_table(cur, name, list(schema.names)):
                 yield batch_digest(batch, schema.names)

@@ -4,6 +4,8 @@ modes, marks, verify, and a table that disappeared, checked with duckdb against 
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -168,3 +170,36 @@ def test_a_duckdb_url_without_a_file_is_a_config_error_naming_the_key(
     path = workspace.job(f'[[destination]]\nurl = "{url}"\n')
     with pytest.raises(ConfigError, match=rf"^{path}: destination\[0\]\.url: .*duckdb:///analytics"):
         load_job(path)
+
+
+def test_a_dry_run_reads_counts_and_creates_no_database(workspace: Workspace, tmp_path: Path) -> None:
+    job = workspace.job(INCREMENTAL + DUCK)
+
+    summary = workspace.run(job, dry_run=True)
+
+    assert {(t.table, t.status, t.rows_read) for t in summary.tables} == {
+        ("People", "planned", 10), ("Notes", "planned", 2)}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.toml"]
+
+
+def test_a_database_held_by_another_process_fails_before_any_read(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    job = workspace.job(DUCK)
+    workspace.run(job)
+    db = tmp_path / "out" / "wh.duckdb"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); "
+         "print('held', flush=True); time.sleep(60)", str(db)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        summary = workspace.run(job)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (summary.status, summary.exit_code) == ("failed", 1)
+    assert summary.error is not None and "wh.duckdb" in summary.error and "lock" in summary.error
+    assert "\n" not in summary.error
+    assert summary.tables == [] or all(t.status != "ok" for t in summary.tables)

@@ -7,6 +7,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -25,6 +26,7 @@ from connector.schema import Table, arrow_schema
 from connector.server.demo import SPECS
 from tests.fixtures.server import ROOT, RunningServer, ServerFactory
 from tests.load.samples import ROWS, SCHEMA, TABLE, batches, kill_when, numbered
+from tests.load.test_interrupt import FIRST, MORE, SIGNALS, check_stopped, finish, seeded, start
 
 #: The API's column types as DuckDB reports the columns we create (choices are text).
 DUCK_TYPES = {"text": "VARCHAR", "choice": "VARCHAR", "number": "DOUBLE", "checkbox": "BOOLEAN",
@@ -319,3 +321,42 @@ def test_a_load_killed_mid_write_leaves_the_previous_table(
     done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert read(str(db), 'SELECT count(*) FROM "Orders"') == [(300 + KILL_ROWS,)]
+
+
+@pytest.mark.parametrize("name", SIGNALS)
+def test_a_signal_mid_load_keeps_the_previous_table_and_a_rerun_finishes(
+    server_factory: ServerFactory, tmp_path: Path, name: str
+) -> None:
+    signum, expected, by = SIGNALS[name]
+    server, table = seeded(server_factory)
+    db = tmp_path / "w.duckdb"
+    url = f"duckdb:///{db}"
+    code, _, err = finish(start(server, "load", "--to", url))
+    assert code == 0, err
+    previous = read(str(db), 'SELECT * FROM "Orders" ORDER BY "_id"')
+    server.insert_rows(table, [{"Sku": f"t{i}"} for i in range(MORE)])
+
+    run = start(server, "load", "--to", url, "--json")
+    deadline = time.monotonic() + 30
+    while not holds(run.pid, db):  # the load has the file: rows stream into it as pages come
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+        time.sleep(0.01)
+    time.sleep(0.3)
+    assert run.poll() is None
+    run.send_signal(signum)
+    check_stopped(*finish(run), expected, by, True)
+
+    assert read(str(db), 'SELECT * FROM "Orders" ORDER BY "_id"') == previous
+    assert tables(str(db)) == ["Orders"]
+    code, _, err = finish(start(server, "load", "--to", url))
+    assert code == 0, err
+    assert read(str(db), 'SELECT count(*) FROM "Orders"') == [(FIRST + MORE,)]
+
+
+def holds(pid: int, path: Path) -> bool:
+    """Whether process `pid` has `path` open (read from /proc: probing with a connection of
+    our own would take DuckDB's lock and make the load fail)."""
+    fds = Path(f"/proc/{pid}/fd")
+    with contextlib.suppress(OSError):
+        return any(os.readlink(fd) == str(path) for fd in fds.iterdir())
+    return False
