@@ -102,7 +102,7 @@ def write_delta(
     if mode == "append" and table is not None:
         return merge_delta(batches, schema, uri, id_name=id_name, insert_only=True)
     stream = _Stream(batches, schema)
-    with _failures("writing", uri), stream.reraised():
+    with stream.reraised(), _failures("writing", uri):
         deltalake.write_deltalake(
             uri, stream.reader(), mode="overwrite", schema_mode="overwrite",
             storage_options=storage_options(uri),
@@ -138,7 +138,7 @@ def merge_delta(
     t, s = "t", "s"
     key = f"{t}.{_q(id_name)} = {s}.{_q(id_name)}"
     upsert, delete = f"{s}.{_OP} = 'upsert'", f"{s}.{_OP} = 'delete'"
-    with _failures("writing", uri), stream.reraised():
+    with stream.reraised(), _failures("writing", uri):
         merger = table.merge(
             stream.reader(), key, source_alias=s, target_alias=t, streamed_exec=True
         )

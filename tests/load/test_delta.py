@@ -1,0 +1,185 @@
+"""Delta Lake destinations: each write one commit; read back with deltalake and DuckDB.
+
+Local folders and a real S3-compatible server (moto). A merge's upserts and deletions (or
+marks) are one version of the table; a write that fails leaves the previous version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner, Result
+from deltalake import DeltaTable
+
+from connector.cli import main
+from connector.errors import DestinationError
+from connector.load.delta import merge_delta, write_delta
+from tests.fixtures.s3 import S3Bucket
+from tests.fixtures.server import RunningServer
+from tests.load.samples import ROWS, SCHEMA, batch, batches, numbered
+from tests.load.test_cli import EXPECTED, FIELDS, SPEC
+
+
+def run(server: RunningServer, *args: str) -> Result:
+    env = {"CONNECTOR_API_KEY": server.api_key, "CONNECTOR_BASE_URL": server.base_url}
+    return CliRunner().invoke(main, list(args), env=env)
+
+
+def s3_options(s3: S3Bucket) -> dict[str, str]:
+    """How a reader outside our code reaches the moto server."""
+    return {"AWS_ENDPOINT_URL": s3.server.endpoint, "AWS_ALLOW_HTTP": "true",
+            "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing"}
+
+
+def duck(table: DeltaTable, sql: str) -> list[tuple[Any, ...]]:
+    """`sql` over the table (named t) in DuckDB, fed from deltalake's Arrow dataset."""
+    t = table.to_pyarrow_dataset()  # noqa: F841 - DuckDB finds it by name
+    return duckdb.sql(sql).fetchall()
+
+
+def by_name(rows: list[dict[str, Any]]) -> dict[str, tuple[Any, ...]]:
+    columns = ["Status", "Amount", "Paid", "Due", "Order Date"]
+    return {r["Name"]: tuple(r[c] for c in columns) for r in rows}
+
+
+@pytest.fixture
+def orders(server: RunningServer) -> tuple[RunningServer, str]:
+    table_id = server.create_table(SPEC)
+    server.insert_rows(table_id, FIELDS)
+    return server, table_id
+
+
+def test_export_to_delta_keeps_types_and_replaces_in_one_commit(
+    orders: tuple[RunningServer, str], tmp_path: Path
+) -> None:
+    server, table_id = orders
+    result = run(server, "export", "--format", "delta", "--out", str(tmp_path / "lake"))
+    assert result.exit_code == 0, result.output
+    table = DeltaTable(str(tmp_path / "lake" / "orders"))
+    types = {f.name: str(f.type) for f in table.to_pyarrow_dataset().schema}
+    assert types["Amount"] == "double" and types["Paid"] == "bool" and types["Due"] == "date32[day]"
+    assert types["_updated_at"] == "timestamp[us, tz=UTC]" and types["Status"] in ("string", "large_string", "string_view")
+    assert by_name(table.to_pyarrow_table().to_pylist()) == EXPECTED
+    assert duck(table, "SELECT count(*), count(Due), typeof(any_value(Due)) FROM t") == [(3, 2, "DATE")]
+
+    server.insert_rows(table_id, [{"Name": "Zed"}])
+    assert run(server, "export", "--format", "delta", "--out", str(tmp_path / "lake")).exit_code == 0
+    table = DeltaTable(str(tmp_path / "lake" / "orders"))
+    assert table.version() == 1  # the replace was one commit
+    assert table.history()[0]["operation"] in ("WRITE", "CREATE OR REPLACE TABLE")
+    assert table.to_pyarrow_table().num_rows == 4
+    assert DeltaTable(str(tmp_path / "lake" / "orders"), version=0).to_pyarrow_table().num_rows == 3
+
+
+def test_export_to_delta_on_s3(orders: tuple[RunningServer, str], s3: S3Bucket) -> None:
+    server, _ = orders
+    result = run(server, "export", "--format", "delta", "--out", s3.url("lake"))
+    assert result.exit_code == 0, result.output
+    assert f"-> s3://{s3.name}/lake/orders" in result.output
+    assert any(k.startswith("lake/orders/_delta_log/") for k in s3.objects())
+    table = DeltaTable(s3.url("lake/orders"), storage_options=s3_options(s3))
+    assert by_name(table.to_pyarrow_table().to_pylist()) == EXPECTED
+    assert duck(table, "SELECT count(*) FROM t WHERE Paid") == [(1,)]
+
+
+@pytest.fixture(params=["local", "s3"])
+def uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "local":
+        return str(tmp_path / "orders")
+    s3: S3Bucket = request.getfixturevalue("s3")
+    return s3.url("lake/orders")
+
+
+def reader_options(uri: str, request: pytest.FixtureRequest) -> dict[str, str] | None:
+    return s3_options(request.getfixturevalue("s3")) if uri.startswith("s3://") else None
+
+
+def rows_of(uri: str, options: dict[str, str] | None) -> dict[str, dict[str, Any]]:
+    table = DeltaTable(uri, storage_options=options)
+    return {r["_id"]: r for r in table.to_pyarrow_table().to_pylist()}
+
+
+def test_merge_upserts_and_deletes_in_one_commit(uri: str, request: pytest.FixtureRequest) -> None:
+    options = reader_options(uri, request)
+    assert write_delta(batches(numbered(10)), SCHEMA, uri, "replace", id_name="_id") == 10
+    changed = numbered(2, start=8, name="changed") + numbered(2, start=10, name="new")
+    gone = pa.array(["row_0", "row_1", "row_unknown"])
+    assert merge_delta(batches(changed), SCHEMA, uri, id_name="_id", deleted=gone) == 4
+    table = DeltaTable(uri, storage_options=options)
+    assert table.version() == 1  # rows and deletions: one commit
+    held = rows_of(uri, options)
+    assert sorted(held) == sorted(f"row_{i}" for i in range(2, 12))
+    assert held["row_9"]["Name"] == "changed 9" and held["row_11"]["Name"] == "new 11"
+    assert held["row_5"]["Name"] == "row 5" and held["row_5"]["Due"] == date(2024, 1, 6)
+    assert "_deleted_at" not in held["row_5"]
+
+
+def test_mark_stamps_deleted_rows_and_clears_returning_ones(uri: str, request: pytest.FixtureRequest) -> None:
+    options = reader_options(uri, request)
+    write_delta(batches(numbered(5)), SCHEMA, uri, "replace", id_name="_id")
+    merge_delta(iter(()), SCHEMA, uri, id_name="_id", deleted=pa.array(["row_0", "row_1"]), mark=True)
+    first = rows_of(uri, options)
+    assert len(first) == 5
+    stamped = {i: r["_deleted_at"] for i, r in first.items() if r["_deleted_at"] is not None}
+    assert sorted(stamped) == ["row_0", "row_1"]
+
+    # row_1 deleted again (its first stamp stays); row_0 comes back; row_2 is deleted now
+    merge_delta(batches(numbered(1, name="back")), SCHEMA, uri, id_name="_id",
+                deleted=pa.array(["row_1", "row_2"]), mark=True)
+    second = rows_of(uri, options)
+    assert second["row_0"]["_deleted_at"] is None and second["row_0"]["Name"] == "back 0"
+    assert second["row_1"]["_deleted_at"] == stamped["row_1"]
+    assert second["row_2"]["_deleted_at"] is not None and second["row_3"]["_deleted_at"] is None
+
+
+def test_append_adds_only_new_ids_in_one_commit(tmp_path: Path) -> None:
+    uri = str(tmp_path / "orders")
+    write_delta(batches(numbered(3)), SCHEMA, uri, "replace", id_name="_id")
+    again = numbered(3, name="ignored") + numbered(2, start=3)
+    write_delta(batches(again), SCHEMA, uri, "append", id_name="_id")
+    table = DeltaTable(uri)
+    assert table.version() == 1
+    held = rows_of(uri, None)
+    assert len(held) == 5 and held["row_0"]["Name"] == "row 0" and held["row_4"]["Name"] == "row 4"
+
+
+def test_every_type_survives(tmp_path: Path) -> None:
+    uri = str(tmp_path / "typed")
+    write_delta([batch(ROWS)], SCHEMA, uri, "replace", id_name="_id")
+    back = DeltaTable(uri).to_pyarrow_table().to_pylist()
+    assert back == ROWS  # choices come back as their text, timestamps as UTC
+
+
+class Boom(Exception):
+    pass
+
+
+def failing(rows: list[dict[str, Any]]) -> Iterator[pa.RecordBatch]:
+    yield from batches(rows, size=2)
+    raise Boom("the read failed mid-way")
+
+
+def test_a_failed_write_or_merge_leaves_the_previous_version(uri: str, request: pytest.FixtureRequest) -> None:
+    options = reader_options(uri, request)
+    write_delta(batches(numbered(4)), SCHEMA, uri, "replace", id_name="_id")
+    with pytest.raises(Boom):
+        write_delta(failing(numbered(6, name="new")), SCHEMA, uri, "replace", id_name="_id")
+    with pytest.raises(Boom):
+        merge_delta(failing(numbered(6, name="new")), SCHEMA, uri, id_name="_id",
+                    deleted=pa.array(["row_0"]))
+    table = DeltaTable(uri, storage_options=options)
+    assert table.version() == 0
+    assert sorted(r["Name"] for r in rows_of(uri, options).values()) == [f"row {i}" for i in range(4)]
+
+
+def test_a_storage_failure_is_one_destination_error(s3: S3Bucket) -> None:
+    with pytest.raises(DestinationError, match="s3://no-such-bucket-here/t") as caught:
+        write_delta(batches(numbered(2)), SCHEMA, "s3://no-such-bucket-here/t", "replace", id_name="_id")
+    assert "\n" not in str(caught.value) and "testing" not in str(caught.value)
