@@ -110,11 +110,10 @@ class ObjectStore:
         False when there is no such object."""
         key = self._key(name)
         with self.failures("reading", self.url_of(name)):
-            try:
-                with atomic_path(local) as temp:
-                    self.fs.get_file(key, str(temp))
-            except FileNotFoundError:
+            if not self.fs.exists(key):
                 return False
+            with atomic_path(local) as temp:
+                self.fs.get_file(key, str(temp))
         return True
 
     def put(self, local: Path, name: str) -> None:
