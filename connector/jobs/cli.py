@@ -79,10 +79,10 @@ def sync(
 
     \b
     Examples:
-      connector sync configs/demo.toml
+      connector sync demo-out/demo.toml
       connector sync configs/nightly-warehouse.toml --log-format json --wait 600
-      connector sync configs/demo.toml --dry-run
-      connector sync configs/demo.toml --verify
+      connector sync demo-out/demo.toml --dry-run
+      connector sync demo-out/demo.toml --verify
     """
     as_json = log_format == "json"
     report = _json_event if as_json else _TextReport()
