@@ -354,3 +354,15 @@ def test_an_export_while_rows_are_deleted_and_inserted_misses_no_row_and_repeats
     exported = pq.read_table(tmp_path / "orders.parquet").column("_id").to_pylist()
     assert len(exported) == len(set(exported))
     assert not (before & after) - set(exported)
+
+
+def test_max_concurrency_caps_the_requests_in_flight(orders: tuple[RunningServer, str, Any], tmp_path: Path) -> None:
+    server, _, _ = orders
+    for command in (["export", "--out", str(tmp_path / "out")], ["load", "--to", f"sqlite:///{tmp_path}/w.db"]):
+        result = run(server, *command, "--max-concurrency", "3", "--json")
+        assert result.exit_code == 0, result.output
+        summary = json.loads(result.output)
+        assert summary["max_concurrency"] == 3 and 1 <= summary["concurrency"] <= 3
+    refused = run(server, "export", "--out", str(tmp_path / "x"), "--max-concurrency", "65")
+    assert refused.exit_code == 2 and "--max-concurrency" in refused.output
+    assert not (tmp_path / "x").exists()

@@ -10,9 +10,11 @@ from __future__ import annotations
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +73,11 @@ FAILING: dict[str, tuple[list[str], dict[str, str], int, str]] = {
                            "connection refused"),
     "unknown table": (["export", "--table", "Ordres"], {}, 2, "no table named 'Ordres'"),
     "--out is a file": (["export", "--out", "{tmp}/file"], {}, 2, "--out"),
+    "--out under a file": (["export", "--out", "{tmp}/file/sub"], {}, 2, "--out: "),
+    "--out bad scheme": (["export", "--out", "ftp://host/x"], {}, 2, "--out: unknown storage scheme"),
+    "--max-concurrency 0": (["export", "--max-concurrency", "0"], {}, 2, "--max-concurrency"),
+    "--max-concurrency 65": (["load", "--to", "sqlite:///{tmp}/x.db", "--max-concurrency", "65"], {}, 2,
+                             "must be an integer from 1 to 64"),
     "bad --to URL": (["load", "--to", "nope://x"], {}, 2, "scheme 'nope'"),
     "bad --format": (["export", "--format", "xlsx"], {}, 2, "--format"),
     "unparsable --to": (["load", "--to", "not a url"], {}, 2, "--to: not a database URL"),
@@ -210,3 +217,43 @@ def test_export_and_sync_shorten_a_long_name(server: RunningServer, tmp_path: Pa
     [synced] = (tmp_path / "synced").iterdir()
     assert synced.name == f"{fit_name(long, table)}.parquet"
     assert len(pd.read_parquet(synced)) == 2
+
+
+# -- an interrupted first export leaves no folder it made
+
+
+def test_a_stopped_first_export_removes_the_folders_it_made(
+    server_factory: Any, tmp_path: Path
+) -> None:
+    server = server_factory(latency_ms=40)
+    table = server.create_table({"name": "Orders", "columns": [{"name": "Sku", "type": "text"}]})
+    server.insert_rows(table, [{"Sku": f"s{i}"} for i in range(3000)])
+    out_dir = tmp_path / "new" / "out"
+    env = {**os.environ, "CONNECTOR_BASE_URL": server.base_url, "CONNECTOR_API_KEY": server.api_key,
+           "CONNECTOR_MAX_CONCURRENCY": "2"}
+    run = subprocess.Popen(
+        [sys.executable, "-m", "connector", "export", "--out", str(out_dir), "--page-size", "50"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 30
+    while not (out_dir.is_dir() and list(out_dir.glob(".Orders.parquet.*"))):  # mid-write
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+        time.sleep(0.02)
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == 143, err
+    assert list(tmp_path.iterdir()) == []  # neither out nor new/ is left, empty
+
+
+def test_a_failed_write_keeps_a_folder_that_holds_files(tmp_path: Path) -> None:
+    from connector.load.atomic import atomic_path
+
+    made = tmp_path / "a" / "b"
+    with pytest.raises(RuntimeError), atomic_path(made / "x.parquet"):
+        raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+    made.mkdir(parents=True)
+    (made / "other.parquet").write_text("kept")
+    with pytest.raises(RuntimeError), atomic_path(made / "x.parquet"):
+        raise RuntimeError("boom")
+    assert [p.name for p in made.iterdir()] == ["other.parquet"]
