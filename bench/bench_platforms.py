@@ -6,8 +6,8 @@ the same rows in the same run; and our DuckDB writer against DuckDB itself.
    ``export --out s3://bucket/parquet``, ``export --format delta --out DIR`` and
    ``--out s3://bucket/delta``: wall time (spawn to exit), rows/s, the ratio to the local
    Parquet export, and peak RSS (GNU time, per process). The goal for RSS: flat, as for
-   Parquet (a whole table never in memory). S3 is moto in server mode on 127.0.0.1, started
-   by this bench (a thread of the bench process: its CPU competes with ours on 2 cores).
+   Parquet (a whole table never in memory). S3 is moto in server mode on 127.0.0.1, a
+   process the bench starts (`tests.fixtures.s3`): its CPU competes with ours on 2 cores.
 2. DuckDB: our writer (`connector.load.duckdb.write_table`, fed the local Parquet export's
    rows in batches of a page, as an export hands them over) against DuckDB reading the same
    file itself (``CREATE TABLE t AS SELECT * FROM read_parquet(...)``), each a whole process
