@@ -53,6 +53,12 @@ PUSH_SUFFIXES = (".csv", ".xlsx", ".xlsm", ".parquet")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: Names a secret would go under; refused with a pointer to ``api_key_env``.
 _SECRET_KEYS = frozenset({"api_key", "key", "token", "secret", "password", "apikey"})
+#: Storage credentials: they come from the provider's own chain (environment, profile, role).
+_STORAGE_SECRETS = frozenset({
+    "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "access_key",
+    "secret_key", "account_key", "sas_token", "connection_string", "credentials",
+    "client_secret", "storage_options",
+})
 
 
 @dataclass(frozen=True)
@@ -314,6 +320,13 @@ class _Section:
                     self.key(name),
                     "secrets never go in a job file: put the API key in an environment "
                     "variable and set source.api_key_env to that variable's name",
+                )
+            if name.lower() in _STORAGE_SECRETS:
+                raise self.parser.error(
+                    self.key(name),
+                    "credentials never go in a job file: object storage takes them from its "
+                    "provider's chain (AWS_* variables or a profile, GOOGLE_APPLICATION_CREDENTIALS, "
+                    "AZURE_* variables, an instance role)",
                 )
             known = ", ".join(sorted(self.seen)) or "none"
             raise self.parser.error(self.key(name), f"unknown key (known keys here: {known})")

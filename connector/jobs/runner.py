@@ -130,10 +130,10 @@ EPOCH = "1970-01-01T00:00:00.000000Z"
 #: Tables read at once (each a thread). Their requests share the client's one adaptive
 #: concurrency limit, so this bounds the threads and open writers, not the load.
 TABLE_WORKERS = 16
-#: Destinations that take several tables' writes at once: a file per table, a server
-#: database. Others (SQLite and other embedded databases: one writer per file) are written
+#: Destinations that take several tables' writes at once: a file (or object, or Delta
+#: table) per table, a server database. Others (SQLite and other embedded databases: one writer per file) are written
 #: one table at a time while their tables are read in parallel, each to a spool first.
-PARALLEL_KINDS = frozenset({"parquet", "csv"})
+PARALLEL_KINDS = frozenset({"parquet", "csv", "delta"})  # delta: a table directory each
 PARALLEL_DATABASES = ("postgresql",)
 
 #: Receives progress events: an event name and its fields (the CLI prints them).

@@ -77,6 +77,9 @@ CASES: dict[str, Case] = {
                               ("{job}: source.api_key: secrets never go in a job file",)),
     "a token at the top": Case('token = "{key}"\n' + SOURCE + PARQUET,
                                ("{job}: token: secrets never go in a job file",)),
+    "a cloud secret in a destination": Case(
+        SOURCE + '[[destination]]\nparquet = "s3://bucket/x"\naws_secret_access_key = "abc123"\n',
+        ("{job}: destination[0].aws_secret_access_key: credentials never go in a job file",)),
     "api_key_env holds the key": Case('[source]\napi_key_env = "{key}"\n' + PARQUET,
                                       ("{job}: source.api_key_env", "NAME of an environment")),
     "api_key_env names an unset variable": Case(
