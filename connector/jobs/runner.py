@@ -721,6 +721,9 @@ class _Run:
                 raise_if_stopped()
                 return None
             result = TableResult(table.name, table.id, "failed", error=str(exc))
+        except Exception:
+            raise_if_stopped()  # a library turned our stop into its own error (DuckDB's
+            raise  # "Query interrupted"): the stop it was, not a traceback
         return self._record(replace(result, seconds=round(time.monotonic() - began, 3)))
 
     @contextmanager
