@@ -8,10 +8,13 @@ STAMP   := $(VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# .ci/constraints.txt pins the versions the suite last passed with (pip freeze of a working
+# dev environment): a fresh install resolves nothing and cannot drift (an unpinned resolve of
+# dagster + dlt + deltalake + moto backtracked for minutes). Refresh it after changing deps.
+$(STAMP): pyproject.toml .ci/constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -c .ci/constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 lint: install
