@@ -153,8 +153,8 @@ class Engine:
 
     def _close_iterator(self, iterator: AsyncIterator[Any]) -> None:
         aclose = getattr(iterator, "aclose", None)
-        if aclose is None or self._closed:
-            return
+        if aclose is None or self._closed or self._cancelled:
+            return  # cancelled: `close` finalises it with the loop's other async generators
         try:
             running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
