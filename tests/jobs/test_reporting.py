@@ -96,7 +96,7 @@ def test_a_table_that_fails_has_its_line_and_event_and_the_run_goes_on(
     reported = {f["table"]: f for e, f in events if e == "table"}
     assert reported["People"]["status"] == "failed"
     assert "no reading today" in str(reported["People"]["error"])
-    assert reported["Notes"]["status"] == "ok"
+    assert reported["Notes"]["status"] == "ok", reported["Notes"]
     from connector.jobs.cli import describe_event
 
     line = describe_event("table", **reported["People"])
