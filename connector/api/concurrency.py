@@ -17,7 +17,8 @@ window does, from what each answer says:
   a few requests, which is always faster than one at a time. Past the point where a
   server keeps up, more in flight does not just queue: a server on a few cores gets
   *slower* in all (measured on ours: 16 in flight at 20 ms read 630 pages/s, 32 read 310),
-  so the level must come back quickly, not by a tenth a round.
+  so the level must come back quickly, not by a tenth a round. Answers to requests sent
+  before a cut are not judged: they tell of the old level's queue, and would cut it twice.
 
 The cap (`maximum`: ``--max-concurrency``, ``source.max_concurrency``) bounds it. Pacing
 of request *starts* after 429s is the rate limiter's job (`connector.api.ratelimit`); the
