@@ -313,8 +313,11 @@ def schema(table: str, base_url: str | None, as_json: bool) -> None:
 # --- push, apply: a spreadsheet or frame into a table (owner: push) -------------------------
 
 
-def _max_concurrency(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
-    """--max-concurrency (and its old name): 1 to connector.api.concurrency.MAX_CONCURRENCY."""
+def max_concurrency_option(
+    ctx: click.Context, param: click.Parameter, value: int | None
+) -> int | None:
+    """--max-concurrency on every command that has it (and push's old name --concurrency):
+    1 to connector.api.concurrency.MAX_CONCURRENCY, else a usage error naming the option."""
     if value is None:
         return None
     from connector.api.concurrency import MAX_CONCURRENCY, check_max_concurrency
@@ -330,11 +333,11 @@ def _max_concurrency(ctx: click.Context, param: click.Parameter, value: int | No
 def _max_concurrency_options(command: Any) -> Any:
     """--max-concurrency, and --concurrency: its first name, hidden, still read."""
     command = click.option(
-        "--concurrency", type=int, hidden=True, callback=_max_concurrency,
+        "--concurrency", type=int, hidden=True, callback=max_concurrency_option,
         help="Deprecated name of --max-concurrency.",
     )(command)
     return click.option(
-        "--max-concurrency", type=int, metavar="N", callback=_max_concurrency,
+        "--max-concurrency", type=int, metavar="N", callback=max_concurrency_option,
         help="At most N write requests in flight; below it the client adapts to how fast the "
         "server answers [1 to 64; env CONNECTOR_MAX_CONCURRENCY; default 32].",
     )(command)

@@ -222,7 +222,8 @@ class RunSummary:
     seconds: float = 0.0
     verified: bool = False
     #: The most requests the run allowed in flight at once (its adaptive level's peak), and
-    #: the cap it adapted under (``--max-concurrency``); 0 when it made no request.
+    #: the cap it adapted under (``--max-concurrency``); 0 when it stopped before its client
+    #: was made (a bad job file, a missing key).
     concurrency: int = 0
     max_concurrency: int = 0
 

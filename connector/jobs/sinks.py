@@ -715,7 +715,7 @@ class SqlSink:
         from connector.load.sql import id_chunks
 
         id_name = table.system_names()["id"]
-        with self._failures(name), self.engine.begin() as conn:
+        with self._failures(name, "marking rows of"), self.engine.begin() as conn:
             target = self._reflect(conn, name)
             if DELETED_AT not in target.c:
                 if not len(deleted):
@@ -743,17 +743,11 @@ class SqlSink:
 
         return sa.Table(name, sa.MetaData(), autoload_with=conn)
 
-    @contextlib.contextmanager
-    def _failures(self, name: str) -> Iterator[None]:
-        """Database errors become a DestinationError naming the table and the safe URL."""
-        import sqlalchemy as sa
+    def _failures(self, name: str, doing: str = "reading") -> contextlib.AbstractContextManager[None]:
+        """Database errors as the loads report them: one line, the table, the safe URL."""
+        from connector.load.sql import database_errors
 
-        try:
-            yield
-        except sa.exc.SQLAlchemyError as exc:
-            reason = getattr(exc, "orig", None) or exc
-            where = f"{name!r} in {self.destination.describe()}"
-            raise DestinationError(f"reading {where} failed: {reason}") from exc
+        return database_errors(self.engine, f"{doing} table {name!r}")
 
 
 def _batches(file: pq.ParquetFile, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:

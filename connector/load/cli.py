@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 import click
 
 from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
+from connector.cli import max_concurrency_option
 from connector.errors import ConnectorError, ExitCode
 from connector.modes import WRITE_MODES
 
@@ -48,20 +49,6 @@ class _OneShot(click.Command):
             raise
 
 
-def _max_concurrency(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
-    """--max-concurrency: 1 to connector.api.concurrency.MAX_CONCURRENCY (else exit 2)."""
-    if value is None:
-        return None
-    from connector.api.concurrency import MAX_CONCURRENCY, check_max_concurrency
-
-    try:
-        return check_max_concurrency(value)
-    except ValueError:
-        raise click.BadParameter(
-            f"must be an integer from 1 to {MAX_CONCURRENCY}, not {value}", ctx, param
-        ) from None
-
-
 def _shared(command: Callable[..., Any]) -> Callable[..., Any]:
     """Options both commands take."""
     for option in reversed([
@@ -71,7 +58,7 @@ def _shared(command: Callable[..., Any]) -> Callable[..., Any]:
                      default=DEFAULT_PAGE_SIZE, show_default=True, help="Rows per API request."),
         click.option("--base-url", envvar="CONNECTOR_BASE_URL",
                      help="API base URL ending in /v1 (default: $CONNECTOR_BASE_URL)."),
-        click.option("--max-concurrency", type=int, metavar="N", callback=_max_concurrency,
+        click.option("--max-concurrency", type=int, metavar="N", callback=max_concurrency_option,
                      help="At most N API requests in flight; below it the client adapts to "
                           "how fast the server answers [1 to 64; env "
                           "CONNECTOR_MAX_CONCURRENCY; default 32]."),

@@ -33,7 +33,7 @@ from connector.load.csv import as_text
 from connector.modes import WRITE_MODES, WriteMode
 from connector.schema import Column, Table, arrow_schema
 
-__all__ = ["connect", "delete_ids", "id_chunks", "load_table"]
+__all__ = ["connect", "database_errors", "delete_ids", "id_chunks", "load_table"]
 
 #: Ids per DELETE statement (well under every database's bound-parameter limit).
 DELETE_CHUNK = 500
@@ -62,7 +62,7 @@ def load_table(
     first = next(stream, None)
     schema = first.schema if first is not None else arrow_schema(table)
     everything = _chain(first, stream)
-    with _engine(engine_or_url) as engine, _failures(engine, f"loading table {name!r}"):
+    with _engine(engine_or_url) as engine, database_errors(engine, f"loading table {name!r}"):
         if mode != "replace" and engine.dialect.name not in ("postgresql", "sqlite"):
             raise ConfigError(f"{mode} is supported on PostgreSQL and SQLite, not {engine.dialect.name}")
         target = _sql_table(table, schema, name)
@@ -87,7 +87,7 @@ def delete_ids(
     target = _sql_table(table, arrow_schema(table, columns=[]), name)
     with (
         _engine(engine_or_url) as engine,
-        _failures(engine, f"deleting rows of table {name!r}"),
+        database_errors(engine, f"deleting rows of table {name!r}"),
         _transaction(engine) as conn,
     ):
         if not sa.inspect(conn).has_table(name):
@@ -260,7 +260,7 @@ def connect(url: str) -> sa.Engine:
     """
     engine = _create_engine(url)
     try:
-        with _failures(engine, "connecting"), engine.connect():
+        with database_errors(engine, "connecting"), engine.connect():
             pass
     except DestinationError:
         engine.dispose()
@@ -319,7 +319,7 @@ def _check_identifiers(engine: sa.Engine, target: sa.Table) -> None:
 
 
 @contextlib.contextmanager
-def _failures(engine: sa.Engine, doing: str) -> Iterator[None]:
+def database_errors(engine: sa.Engine, doing: str) -> Iterator[None]:
     """Database errors become a DestinationError saying what failed, and where (no password)."""
     try:
         yield
