@@ -31,6 +31,7 @@ from connector.modes import PUSH_MODES, WRITE_MODES, PushMode, WriteMode
 __all__ = [
     "DEFAULT_BASE_URL_ENV",
     "DEFAULT_KEY_ENV",
+    "DEFAULT_LOOKBACK",
     "Condition",
     "Destination",
     "Job",
@@ -44,6 +45,13 @@ __all__ = [
 
 DEFAULT_KEY_ENV = "CONNECTOR_API_KEY"
 DEFAULT_BASE_URL_ENV = "CONNECTOR_BASE_URL"
+#: Seconds an incremental read looks back behind its cursor (``[sync] lookback``): a write
+#: stamped before the cursor but visible only later (a slow transaction, a lagging replica)
+#: is read by the next run as long as it became visible within this time of its stamp.
+#: Five minutes is longer than the commit lag of any store we know of in practice (replica
+#: lag and long transactions are seconds to a few minutes); rows the window reads again
+#: unchanged are neither rewritten nor counted, so a longer window costs only reads.
+DEFAULT_LOOKBACK = 300.0
 
 DeletePolicy = Literal["delete", "mark", "keep"]
 
