@@ -81,11 +81,11 @@ class _UsageLine(click.ClickException):
 #: sentence of its help, which `connector --help` shows without importing the module).
 #: tests/test_startup.py keeps these sentences equal to the commands' own.
 _LAZY: dict[str, tuple[str, str, str]] = {
-    "export": ("connector.load.cli", "export",
-               "Export tables to Parquet, CSV or Delta Lake in a directory or object storage."),
+    "export": ("connector.jobs.cli", "export",
+               "Export tables to Parquet, CSV, Delta Lake or Iceberg in a directory or object storage."),
     "keys": ("connector.server.cli", "keys",
              "Manage API keys of a reference server's database."),
-    "load": ("connector.load.cli", "load",
+    "load": ("connector.jobs.cli", "load",
              "Load tables into a SQL database, one SQL table per table."),
     "serve": ("connector.server.cli", "serve",
               "Run the reference Table Data REST API server (base path /v1) until Ctrl-C or SIGTERM."),
@@ -124,9 +124,6 @@ class _Root(click.Group):
             formatter.write_dl(rows)
 
     def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
-        # httpx imports its own command line (rich, pygments: 70 ms, half of httpx) whenever
-        # those are installed; a None entry makes that import fail, which httpx expects.
-        sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
         try:
             return super().make_context(*args, **kwargs)
         except click.UsageError as exc:  # the root's own options (--max-wait)

@@ -11,7 +11,7 @@ every table the key can read (minus ``tables.exclude``), listed from the server 
 definitions load, so the URL and key must be in the environment then; a table created
 later appears when the code location is reloaded.
 
-**What an asset does.** It runs the job's one pipeline (`connector.jobs.runner.run_job`)
+**What an asset does.** It runs the job's one pipeline (`connector.jobs.run_job`)
 for its table alone — the same reads, writes, state and verification as ``connector
 sync`` — and records the table's result (status, rows, seconds, targets) as the
 materialisation's metadata. A failed table, or one the key may not read (skipped), raises
@@ -41,9 +41,10 @@ from typing import TYPE_CHECKING, Any
 
 from connector.errors import ConfigError, ConnectorError
 from connector.extras import require
-from connector.jobs.cli import describe_event
 from connector.jobs.config import Job, PushSpec, load_job
-from connector.jobs.runner import RunSummary, run_job
+from connector.jobs.run import run_job
+from connector.reporting import describe_event
+from connector.results import RunSummary
 
 if TYPE_CHECKING:
     import dagster as dg

@@ -34,9 +34,10 @@ import pyarrow.parquet as pq
 import sqlalchemy as sa
 
 from connector.api import Client
-from connector.jobs.cli import describe_event
 from connector.jobs.config import load_job
-from connector.jobs.runner import RunSummary, run_job
+from connector.jobs.run import run_job
+from connector.reporting import describe_event
+from connector.results import RunSummary
 
 #: The package data directory holding the demo's job files and price list (the one copy).
 DEMO_DATA = "demo_data"
@@ -139,10 +140,15 @@ def _summary(first: RunSummary, second: RunSummary, out: Path, seconds: float) -
         f"  first sync:  {sum(t.rows_written for t in first.tables)} rows in {len(first.tables)} tables"
     )
     changed = [t for t in second.tables if t.status == "ok"]
+    again = sum(t.window_rows for t in second.tables)
     print(
-        f"  second sync: {sum(t.rows_read for t in second.tables)} changed rows read, "
+        f"  second sync: {sum(t.rows_written for t in second.tables)} rows written, "
         f"{sum(t.rows_deleted for t in second.tables)} deleted, "
         f"{len(second.tables) - len(changed)} tables untouched"
+        + (f"; {again} rows stamped in the lookback window were read again and compared "
+           f"with the outputs (a write committed late is not lost): "
+           f"{sum(t.late_rows for t in second.tables)} had changed"
+           if again else "")
     )
     products = pq.read_table(parquet / "Products.parquet", columns=["Name", "Price"]).to_pandas()
     new_prices = products[products["Name"].isin(["Widget A1", "Turbo Encabulator"])]

@@ -10,21 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import operator
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from itertools import repeat
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, AsyncClient, Client
 from connector.api.client import Filter
-from connector.api.models import Row
-from connector.api.paging import Cells, ExtractionError, PageReader, split_rows
+from connector.api.paging import Cells, ExtractionError, PageReader
+from connector.arrays import bool_array, float_array, string_array
 from connector.errors import CellWarning, ConfigError
 from connector.schema import (
     CHECKBOX_FALSE,
@@ -43,8 +39,6 @@ __all__ = [
     "CellWarning",
     "Extraction",
     "ExtractionError",
-    "read_batches",
-    "string_array",
 ]
 
 #: Pages are gathered into record batches of about this many rows.
@@ -107,10 +101,6 @@ class Extraction:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
-    def cast(self, rows: Sequence[Row]) -> pa.RecordBatch:
-        """Rows read some other way (another order, say) typed exactly as this read types them."""
-        return _Caster(self).batch(rows)
-
     def to_arrow(self) -> pa.Table:
         """The whole table as one Arrow table (held in memory: only when asked for)."""
         return pa.Table.from_batches(list(self), schema=self.schema)
@@ -118,21 +108,6 @@ class Extraction:
     def to_pandas(self) -> pd.DataFrame:
         """The whole table as a DataFrame with the dtypes `connector.schema` gives its columns."""
         return frame_from_arrow(self.to_arrow(), self.table)
-
-
-def read_batches(
-    client: Client | AsyncClient,
-    table: Table,
-    *,
-    columns: Sequence[str] | None = None,
-    filter: Filter | None = None,
-    page_size: int = DEFAULT_PAGE_SIZE,
-    concurrency: int | None = None,
-) -> Extraction:
-    """Reads `table` as record batches of `arrow_schema(table, columns)`; see `Extraction`."""
-    return Extraction(
-        client, table, columns=columns, filter=filter, page_size=page_size, concurrency=concurrency
-    )
 
 
 def _select(table: Table, columns: Sequence[str] | None) -> tuple[Column, ...]:
@@ -211,8 +186,6 @@ def _core(client: Client | AsyncClient) -> AsyncClient:
 
 
 _ID = Column("id", "text")
-_SYSTEM_KEYS = itemgetter("id", "created_at", "updated_at")
-_FIELDS_KEY = itemgetter("fields")
 
 
 class _Caster:
@@ -226,20 +199,6 @@ class _Caster:
 
     def empty(self) -> Cells:
         return [[] for _ in range(3 + len(self._columns))]
-
-    def split(self, rows: Sequence[Mapping[str, Any]]) -> Cells:
-        return split_rows(rows, self._names)
-
-    def batch(self, rows: Sequence[Row]) -> pa.RecordBatch:
-        """`Row`s (say read in another order) as one batch of the schema."""
-        return self.from_cells(
-            [
-                [r.id for r in rows],
-                [r.created_at for r in rows],
-                [r.updated_at for r in rows],
-                *([r.fields.get(name) for r in rows] for name in self._names),
-            ]
-        )
 
     def from_cells(self, cells: Cells) -> pa.RecordBatch:
         """Cells by column (see `split`) as one record batch of the extraction's schema."""
@@ -263,9 +222,9 @@ class _Caster:
             if kind == "text":
                 return string_array(values, blank_is_null=True)
             if kind == "number":
-                return _floats(values)
+                return float_array(values)
             if kind == "checkbox":
-                return _booleans(values)
+                return bool_array(values)
             return pa.array(values, arrow_type, from_pandas=True)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
             pass
@@ -286,74 +245,6 @@ class _Caster:
                 stacklevel=2,
             )
         return pa.array(parsed, arrow_type, from_pandas=True)
-
-
-# Arrays are built from buffers, not with `pa.array`: its first conversion from Python objects
-# makes pyarrow import pandas (~37 MB), which an export to a file never needs otherwise.
-
-
-def string_array(values: Sequence[Any], *, blank_is_null: bool = False) -> pa.Array:
-    """Strings and Nones as a string array (without `pa.array`, see above); TypeError for
-    any other value. With `blank_is_null`, empty strings are nulls too."""
-    valid = _not_none(values)
-    texts = values if valid is None else ["" if v is None else v for v in values]
-    joined = "".join(texts)
-    if joined.isascii():  # then a string's length is its UTF-8 length: no encoding one by one
-        data, sizes = joined.encode("ascii"), map(len, texts)
-    else:
-        encoded = [t.encode() for t in texts]
-        data, sizes = b"".join(encoded), map(len, encoded)
-    lengths = np.fromiter(sizes, np.int64, len(values))
-    if blank_is_null:
-        valid = lengths > 0 if valid is not None or not lengths.all() else None
-    offsets = np.zeros(len(values) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    if offsets[-1] >= 2**31:
-        raise OverflowError("more than 2 GiB of text in one batch")
-    buffers = [pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
-    return _from_buffers(pa.string(), valid, len(values), buffers)
-
-
-def _floats(values: list[Any]) -> pa.Array:
-    """JSON numbers and Nones as a float64 array; TypeError for any other value."""
-    if not set(map(type, values)) <= {float, int, type(None)}:
-        raise TypeError("not all numbers")
-    numbers = np.array(values, np.float64)  # None becomes NaN, which JSON cannot send
-    nan = np.isnan(numbers)
-    valid = ~nan if nan.any() else None
-    return _from_buffers(pa.float64(), valid, len(values), [pa.py_buffer(numbers)])
-
-
-def _booleans(values: list[Any]) -> pa.Array:
-    """JSON booleans and Nones as a boolean array; TypeError for any other value."""
-    if not set(map(type, values)) <= {bool, type(None)}:
-        raise TypeError("not all booleans")
-    numbers = np.array(values, np.float64)  # True 1, False 0, None NaN
-    nan = np.isnan(numbers)
-    valid = ~nan if nan.any() else None
-    bits = np.packbits(numbers == 1.0, bitorder="little")
-    return _from_buffers(pa.bool_(), valid, len(values), [pa.py_buffer(bits)])
-
-
-def _not_none(values: Sequence[Any]) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
-    """Which values are not None, or None when all of them are not."""
-    if None not in values:
-        return None
-    return np.fromiter(map(operator.is_not, values, repeat(None)), np.bool_, len(values))
-
-
-def _from_buffers(
-    type_: pa.DataType,
-    valid: np.ndarray[Any, np.dtype[np.bool_]] | None,
-    length: int,
-    buffers: list[pa.Buffer],
-) -> pa.Array:
-    """An array of `length` values from its data buffers and, when some are null, `valid`."""
-    if valid is None:
-        return pa.Array.from_buffers(type_, length, [None, *buffers], null_count=0)
-    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    nulls = length - int(np.count_nonzero(valid))
-    return pa.Array.from_buffers(type_, length, [bitmap, *buffers], null_count=nulls)
 
 
 def _number(value: Any) -> float:

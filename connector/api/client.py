@@ -45,6 +45,7 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import partial
 from operator import itemgetter
 from types import TracebackType
@@ -185,9 +186,23 @@ def _list_rows(
             total=int(total) if total is not None else None,
             limit=int(applied) if applied else limit,
             offset=int(at) if at is not None else offset,
+            served_at=_served_at(response),
         )
 
     return _Call("GET", f"/tables/{table_id}/rows", read, params=params)
+
+
+def _served_at(response: httpx.Response) -> datetime | None:
+    """The server's ``Date`` header (RFC 9110: its clock when it answered), None if absent
+    or unreadable."""
+    value = response.headers.get("Date")
+    if not value:
+        return None
+    try:
+        served = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return served if served.tzinfo is not None else served.replace(tzinfo=UTC)
 
 
 def _create_row(table_id: str, fields: Mapping[str, Any]) -> _Call[Row]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cached_property
 from typing import Any
 
@@ -68,6 +69,8 @@ class RowPage:
     total: int | None
     limit: int
     offset: int
+    #: The server's clock when it answered (its ``Date`` header, to the second), if it said.
+    served_at: datetime | None = None
 
     @cached_property
     def rows(self) -> list[Row]:

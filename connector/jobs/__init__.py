@@ -1,17 +1,23 @@
 """Jobs: what to copy where (and what to push first), run once or on a schedule.
 
-job file --load_job--> Job --run_job--> RunSummary      (`connector sync`)
-flags --one_shot_job--> Job --run_job--> RunSummary     (`connector export`, `connector load`)
-             config.py      runner.py (the one pipeline: reads through the one page reader,
-                                       deletions, --verify; sinks.py: Parquet / CSV / SQL
-                                       destinations; ids.py: id sets as 64-bit hashes;
-                                       state.py: cursors; lock.py: one run at a time)
+    job file --load_job--> Job --run_job--> RunSummary      (`connector sync`)
+    flags --one_shot_job--> Job --run_job--> RunSummary     (`connector export`, `load`)
+
+    config      job files -> frozen objects        run        run_job: lock, state, pushes
+    choose      which tables, their filters        schedule   tables on threads, stops
+    context     what a run's tables share          table      one table: read, delete, write
+    reads       reads through the one page reader  deletions  which rows go, never a live one
+    spool       rows kept until written            verify     --verify: digests compared
+    state       cursors, columns, windows          lock       one run of a job at a time
+    process     signals and stops                  stamps     the API's timestamps
+    cli         sync, export, load
 """
 
 from __future__ import annotations
 
 from connector.jobs.config import Job, load_job
 from connector.jobs.lock import JobLocked
-from connector.jobs.runner import RunSummary, run_job
+from connector.jobs.run import run_job
+from connector.results import RunSummary
 
 __all__ = ["Job", "JobLocked", "RunSummary", "load_job", "run_job"]

@@ -1,27 +1,34 @@
-"""`connector sync JOB.toml`: parse, run the job, print what happened. No logic lives here."""
+"""`connector sync`, `connector export`, `connector load`: each runs a job and prints its summary.
+
+`sync` runs a job file; `export` and `load` build a one-shot job from their flags
+(`connector.jobs.config.one_shot_job`: the tables, one destination, every table read in
+full, no state file, no lock). Destinations come from the one registry
+(`connector.destinations.registry`); every command ends through `connector.driver.drive`:
+one summary (``--json``: sync's shape), one exit code. No logic lives here.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
-import time
-from datetime import UTC, datetime
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
-from connector.errors import ConnectorError
-from connector.jobs.config import load_job
-from connector.jobs.runner import (
-    RunSummary,
-    interrupted_summary,
-    run_job,
-    stop_signals,
-    use_system_allocator,
-)
+from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
+from connector.cli import max_concurrency_option
+from connector.destinations.registry import export_formats
+from connector.driver import drive, print_json
+from connector.errors import ConfigError
+from connector.modes import WRITE_MODES
+from connector.results import RunSummary
 
-__all__ = ["describe_event", "sync"]
+__all__ = ["export", "load", "sync"]
+
+
+# --- sync -----------------------------------------------------------------------------------
 
 
 @click.command()
@@ -53,6 +60,20 @@ __all__ = ["describe_event", "sync"]
     help="Read every row, compare it with each merging destination, repair what differs "
     "(missing, different, extra rows) and report it. See also sync.verify_every.",
 )
+@click.option(
+    "--lookback",
+    metavar="DURATION",
+    help="Incremental reads also read the rows changed this long before the last cursor "
+    "(a write committed late), like 90s, 5m, 0 [default: sync.lookback, else 5m].",
+)
+@click.option(
+    "--schema",
+    "contract",
+    type=click.Choice(["evolve", "freeze"]),
+    help="evolve: a table whose columns changed is evolved in every destination; freeze: "
+    "it is left as it was, named, and the run ends partial (exit 3) [default: sync.schema, "
+    "else evolve].",
+)
 @click.pass_context
 def sync(
     ctx: click.Context,
@@ -62,17 +83,21 @@ def sync(
     state_dir: Path | None,
     wait: float,
     verify: bool,
+    lookback: str | None,
+    contract: str | None,
 ) -> None:
     """Run the job in JOB_FILE: push its spreadsheets, then sync its tables.
 
-    Incremental jobs read only rows changed since the last run and merge them into every
-    destination, removing (or marking) rows deleted upstream. The API key comes from the
-    environment variable the job names in source.api_key_env.
+    Incremental jobs read only rows changed since the last run (and, again, those changed
+    within the lookback window before it) and merge them into every destination, removing
+    (or marking) rows deleted upstream. The API key comes from the environment variable the
+    job names in source.api_key_env.
 
     \b
     Exit codes: 0 ok · 1 failed (a table or push failed, or none could be read)
-                2 bad job file or usage
-                3 partial (tables skipped: the key may not read them; rows rejected)
+                2 bad job file or usage, or an API key the server refuses
+                3 partial (tables skipped: the key may not read them; tables frozen:
+                  their columns changed under schema = "freeze"; rows rejected)
                 75 another run of this job holds the lock (see --wait)
                 130 / 143 stopped by Ctrl-C / SIGTERM (cleanly: nothing half-written;
                     JSON: status "interrupted")
@@ -84,62 +109,48 @@ def sync(
       connector sync demo-out/demo.toml --dry-run
       connector sync demo-out/demo.toml --verify
     """
+    from dataclasses import replace
+
+    from connector.jobs.config import load_job, parse_duration
+    from connector.jobs.run import run_job
+
+    if lookback is not None:
+        try:
+            seconds = parse_duration(lookback)
+        except ValueError:
+            raise click.BadParameter(
+                f'must be a duration like "5m", "90s" or 0, not {lookback!r}',
+                ctx, param=next(p for p in ctx.command.params if p.name == "lookback"),
+            ) from None
     as_json = log_format == "json"
     report = _json_event if as_json else _TextReport()
-    use_system_allocator()
-    started, began = _now(), time.monotonic()
-    # Ctrl-C and a scheduler's stop (SIGTERM) unwind like an error: temp files go, open
-    # loads roll back, the lock is released; the run reports status "interrupted".
-    name = job_file.stem  # the job's name once its file is read
-    with stop_signals():
-        try:
-            job = load_job(job_file)
-            name = job.name
-            if state_dir is not None:
-                job = job.with_state_dir(state_dir)
-            summary = run_job(job, dry_run=dry_run, wait=wait, report=report, verify=verify)
-        except ConnectorError as exc:
-            if as_json:  # a scheduler still gets the one summary, in the usual shape
-                failed = _failed_before_start(name, exc, started, began, dry_run)
-                click.echo(json.dumps(failed.to_dict()))
-            raise
-        except KeyboardInterrupt as exc:  # before the run began (a lock wait): nothing done
-            summary = interrupted_summary(
-                name, exc, started_at=started, dry_run=dry_run,
-                seconds=round(time.monotonic() - began, 3),
-            )
-            if as_json:
-                report("finish", **{k: v for k, v in summary.to_dict().items()
-                                    if k not in ("tables", "pushes")})
-    if as_json:
-        click.echo(json.dumps(summary.to_dict()))
-    else:
-        _text_summary(summary)
-    if summary.status == "interrupted" and not as_json:  # JSON: the finish event says it
-        click.echo(summary.error, err=True)
-    ctx.exit(summary.exit_code)
 
+    def body() -> RunSummary:
+        job = load_job(job_file)
+        if state_dir is not None:
+            job = job.with_state_dir(state_dir)
+        if lookback is not None:
+            job = replace(job, lookback=seconds)
+        if contract is not None:
+            job = replace(job, schema=contract)  # type: ignore[arg-type]
+        return run_job(job, dry_run=dry_run, wait=wait, report=report, verify=verify)
 
-def _failed_before_start(
-    name: str, exc: ConnectorError, started: str, began: float, dry_run: bool
-) -> RunSummary:
-    """The summary of a run that failed before it began (a bad job file, its lock held)."""
-    return RunSummary(
-        job=name,
-        status="failed",
-        exit_code=exc.exit_code,
-        dry_run=dry_run,
-        started_at=started,
-        finished_at=_now(),
-        state_file=None,
-        destinations=[],
-        error=str(exc),
-        seconds=round(time.monotonic() - began, 3),
+    def finish(summary: RunSummary) -> None:  # a run that failed or stopped before it began
+        if as_json:
+            report("finish", **{k: v for k, v in summary.to_dict().items()
+                                if k not in ("tables", "pushes")})
+
+    drive(
+        ctx, job_file.stem, body, as_json=as_json, indent=None, dry_run=dry_run,
+        text=_sync_text, on_failure=finish,
     )
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def _sync_text(summary: RunSummary) -> None:
+    from connector.reporting import summary_lines
+
+    for line in summary_lines(summary):
+        click.echo(line)
 
 
 def _json_event(event: str, **fields: Any) -> None:
@@ -155,6 +166,8 @@ class _TextReport:
         self.pending: str | None = None
 
     def __call__(self, event: str, **fields: Any) -> None:
+        from connector.reporting import describe_event
+
         line = describe_event(event, **fields)
         if event == "start":
             self.pending = line
@@ -166,74 +179,183 @@ class _TextReport:
             click.echo(line, err=True)
 
 
-def describe_event(event: str, **fields: Any) -> str | None:
-    """A run's progress event as the line (or lines) a person reads; None for quiet ones."""
-    if event == "table":
-        return f"  {_table_line(fields)}"
-    if event == "push":
-        plan = fields.get("plan")
-        head = f"  {_push_line(fields)}"
-        return (
-            head if not plan else head + "\n" + "\n".join(f"    {ln}" for ln in plan.splitlines())
-        )
-    if event == "retry":  # a wait before a request is tried again
-        return str(fields["message"])  # as every command prints it
-    if event == "note":
-        return f"  {fields['table']}: {fields['note']}"
-    if event == "start":
-        dry = " (dry run: nothing is written)" if fields["dry_run"] else ""
-        return f"job {fields['job']}{dry}"
-    return None
+# --- export and load: one-shot jobs -----------------------------------------------------------
+
+_EXIT_CODES = """
+    \b
+    Exit codes: 0 every table copied · 1 a table failed, or none could be read
+                2 bad usage or configuration (an unknown --table among them), or an
+                  API key the server refuses
+                3 partial (a table the key may not read was skipped)
+                130 / 143 stopped by Ctrl-C / SIGTERM (cleanly: the previous file or
+                    table is left as it was; JSON: status "interrupted")
+"""
 
 
-def _table_line(t: dict[str, Any]) -> str:
-    name = f"{t['table']:<20}"
-    if t["status"] in ("failed", "skipped"):
-        return f"{name} {t['status'].upper()}: {t['error']}"
-    if t["status"] == "planned":
-        return f"{name} would read {t['rows_read']} rows ({t['read']})"
-    if t["status"] == "unchanged":
-        return f"{name} unchanged ({t['read']}, {t['seconds']:.1f}s)"
-    line = (
-        f"{name} {t['read']:<11} {t['rows_read']:>7} read {t['rows_written']:>7} written "
-        f"{t['rows_deleted']:>5} deleted  {t['seconds']:.1f}s"
-    )
-    if t.get("verified") is not None:
-        v = t["verified"]
-        line += (
-            f"\n  {'':<20} verified: {v['missing']} missing, {v['different']} different "
-            f"rewritten; {v['extra']} extra removed"
-        )
-    return line
+class _OneShot(click.Command):
+    """A command whose ``--json`` summary is printed also when its arguments are refused."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, list(args), parent=parent, **extra)
+        except click.UsageError as exc:
+            if "--json" in args:
+                _refused_json(self.name or "export", " ".join(exc.format_message().split()))
+            raise
 
 
-def _push_line(p: dict[str, Any]) -> str:
-    head = f"push {Path(p['file']).name} -> {p['table']}:"
-    if p["status"] == "failed":
-        return f"{head} FAILED: {p['error']}"
-    verb = "plan" if p["status"] == "planned" else "applied"
-    return (
-        f"{head} {verb}: {p['created']} create, {p['updated']} update, "
-        f"{p['deleted']} delete, {p['unchanged']} unchanged"
-    )
+def _shared(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Options both commands take."""
+    for option in reversed([
+        click.option("--table", "tables", multiple=True, metavar="NAME",
+                     help="A table name or id (repeat for more). Default: every table."),
+        click.option("--page-size", type=click.IntRange(2, MAX_PAGE_SIZE),
+                     default=DEFAULT_PAGE_SIZE, show_default=True, help="Rows per API request."),
+        click.option("--base-url", envvar="CONNECTOR_BASE_URL",
+                     help="API base URL ending in /v1 [env CONNECTOR_BASE_URL]."),
+        click.option("--max-concurrency", type=int, metavar="N", callback=max_concurrency_option,
+                     help="At most N API requests in flight; below it the client adapts to "
+                          "how fast the server answers [1 to 64; env "
+                          "CONNECTOR_MAX_CONCURRENCY; default 32]."),
+        click.option("--json", "as_json", is_flag=True,
+                     help="Print the summary as JSON (the shape `connector sync` prints)."),
+    ]):
+        command = option(command)
+    return command
 
 
-def _text_summary(summary: RunSummary) -> None:
-    written = sum(t.rows_written for t in summary.tables)
-    deleted = sum(t.rows_deleted for t in summary.tables)
-    line = f"{summary.job}: {summary.status}"
-    if summary.tables:
-        line += f" — {len(summary.tables)} tables, {written} rows written, {deleted} deleted"
-    if summary.verified:
-        fixed = [t.verified for t in summary.tables if t.verified is not None]
-        line += (
-            f" — verified: {sum(v.missing for v in fixed)} missing, "
-            f"{sum(v.different for v in fixed)} different, {sum(v.extra for v in fixed)} extra "
-            "repaired"
-        )
-    if summary.concurrency:
-        n = summary.concurrency
-        line += f" — {summary.seconds:.1f} s, up to {n} request{'s' * (n != 1)} in flight"
-    if summary.error and summary.status != "interrupted":  # that one has its own line
-        line += f" — {summary.error}"
-    click.echo(line)
+@click.command(cls=_OneShot)
+@click.option("--out", "out_dir", required=True, metavar="DIR|URL",
+              help="Directory for the output (one file or table folder per table, replaced "
+                   "atomically), or an object storage folder: s3://bucket/prefix, "
+                   "gs://bucket/prefix, az://container/prefix (credentials from the "
+                   "provider's usual environment, profile or role).")
+@click.option("--format", "fmt", type=click.Choice(export_formats()), default="parquet",
+              show_default=True, help="parquet keeps every column type; csv is plain text; "
+                                      "delta and iceberg write one lake table per table "
+                                      "(one commit each).")
+@click.option("--excel-safe", is_flag=True,
+              help="csv: a text cell starting with = + - @ (or a tab or carriage return) gets a "
+                   "leading ' so a spreadsheet shows it instead of running it as a formula.")
+@_shared
+@click.pass_context
+def export(ctx: click.Context, out_dir: str, fmt: str, excel_safe: bool,
+           tables: tuple[str, ...], page_size: int, base_url: str | None,
+           max_concurrency: int | None, as_json: bool) -> None:
+    """Export tables to Parquet, CSV, Delta Lake or Iceberg in a directory or object storage.
+
+    One <table name>.parquet (or .csv, or a Delta or Iceberg table) per table, written aside
+    and swapped in (uploaded whole, or one commit), so a failed export leaves the previous
+    one. A second table with a name already taken gets <table name>-<table id>. The API key
+    is read from CONNECTOR_API_KEY.
+    """
+    from connector.destinations.registry import make_config
+
+    if excel_safe and fmt != "csv":
+        _refuse("--excel-safe applies to --format csv only", "excel_safe", as_json)
+    _check_out(out_dir, as_json)
+    try:
+        destination = make_config(fmt, out_dir, mode="replace", where="--out", base=Path.cwd(),
+                                  excel_safe=excel_safe)
+    except ConfigError as exc:
+        _refuse(str(exc), "out_dir", as_json)
+    _one_shot(ctx, "export", destination, tables, page_size, base_url, max_concurrency, as_json)
+
+
+export.help = (export.help or "") + _EXIT_CODES
+
+
+@click.command(cls=_OneShot)
+@click.option("--to", "url", required=True, metavar="URL",
+              help="SQLAlchemy database URL, e.g. sqlite:///warehouse.db (relative to the "
+                   "working directory) or postgresql://u@h/db, or a DuckDB file: "
+                   "duckdb:///analytics.duckdb.")
+@click.option("--mode", type=click.Choice(WRITE_MODES), default="replace", show_default=True,
+              help="replace: swap in a fresh table; append: add only rows whose _id the table "
+                   "does not hold yet, leaving held rows unchanged; merge: upsert by row id and "
+                   "apply deletions (see --deletes).")
+@click.option("--deletes", type=click.Choice(["delete", "mark", "keep"]), default="delete",
+              show_default=True,
+              help="merge: what happens to rows the table holds that the API no longer has: "
+                   "delete them, mark them (_deleted_at set), or keep them.")
+@_shared
+@click.pass_context
+def load(ctx: click.Context, url: str, mode: str, deletes: str, tables: tuple[str, ...],
+         page_size: int, base_url: str | None, max_concurrency: int | None,
+         as_json: bool) -> None:
+    """Load tables into a SQL database, one SQL table per table.
+
+    Each table is written in one transaction: replace swaps it in, so readers never see it
+    partial or empty; merge upserts every row read and applies deletions as a full sync
+    does. The API key is read from CONNECTOR_API_KEY.
+    """
+    from connector.destinations.registry import make_config
+
+    if deletes != "delete" and mode != "merge":
+        _refuse(f"--deletes {deletes} applies to --mode merge only", "deletes", as_json)
+    try:
+        destination = make_config("url", url, mode=mode, where="--to",  # type: ignore[arg-type]
+                                  base=Path.cwd())
+    except ConfigError as exc:
+        _refuse(str(exc), "url", as_json)
+    _one_shot(ctx, "load", destination, tables, page_size, base_url, max_concurrency, as_json,
+              deletes=deletes if mode == "merge" else "keep")
+
+
+load.help = (load.help or "") + _EXIT_CODES
+
+
+def _check_out(out: str, as_json: bool) -> None:
+    """A local --out must be a directory or able to become one (no regular file at it or
+    above it); else a usage error naming --out."""
+    from connector.destinations.storage import is_remote
+
+    if is_remote(out):
+        return
+    path = Path(out).expanduser().resolve()
+    for at in (path, *path.parents):
+        if at.exists():
+            if not at.is_dir():
+                what = "is a file" if at == path else f"is under a file ({at})"
+                _refuse(f"--out: {path} {what}, not a directory", "out_dir", as_json)
+            break
+
+
+def _refuse(message: str, option: str, as_json: bool) -> NoReturn:
+    """A usage error (exit 2), with the JSON summary first when --json was given."""
+    if as_json:
+        _refused_json("export", message)
+    raise click.BadOptionUsage(option, message)
+
+
+def _refused_json(command: str, message: str) -> None:
+    from connector.jobs.run import failed_summary
+    from connector.jobs.stamps import now
+
+    print_json(failed_summary(command, ConfigError(message), started_at=now()))
+
+
+def _one_shot(ctx: click.Context, command: str, destination: Any, tables: tuple[str, ...],
+              page_size: int, base_url: str | None, max_concurrency: int | None,
+              as_json: bool, *, deletes: str = "keep") -> None:
+    from connector.jobs.config import one_shot_job
+    from connector.jobs.run import run_job
+
+    verb = "exported" if command == "export" else "loaded"
+
+    def body() -> RunSummary:
+        job = one_shot_job(command, destination, tables=tables, base_url=base_url,
+                           page_size=page_size, max_concurrency=max_concurrency,
+                           deletes=deletes)  # type: ignore[arg-type]
+        return run_job(job, show_progress=None)
+
+    def text(summary: RunSummary) -> None:
+        from connector.reporting import summary_lines
+
+        if summary.error and summary.status != "interrupted":
+            click.secho(f"error: {summary.error}", fg="red", err=True)
+        for line in summary_lines(summary, verb):
+            click.echo(line)
+
+    drive(ctx, command, body, as_json=as_json, text=text, destinations=[destination.describe()])

@@ -1,8 +1,9 @@
 """Job files: TOML read once at the boundary, validated into frozen objects.
 
 A job names where data comes from (`[source]`), which tables (`[tables]`), where they go
-(`[[destination]]`, each a Parquet directory or a SQLAlchemy URL with a mode), how
-(`[sync]`: incremental or full, what to do with deleted rows) and optionally which
+(`[[destination]]`: one key naming a kind of `connector.destinations.registry` and its
+location, a mode), how (`[sync]`: incremental or full, the lookback window, what to do with
+deleted rows, the schema contract) and optionally which
 spreadsheets to push into tables first (`[[push]]`). Every error names the file, the key
 path (``destination[1].url``) and what is wrong; unknown keys are errors, so a typo never
 silently changes what a nightly job does. Relative paths are relative to the job file.
@@ -25,6 +26,13 @@ from connector.api import MAX_PAGE_SIZE
 from connector.api.client import FILTER_OPERATORS
 from connector.api.concurrency import MAX_CONCURRENCY
 from connector.api.retry import check_max_wait
+from connector.destinations.base import DELETE_POLICIES, DeletePolicy
+from connector.destinations.registry import (
+    DEFAULT_TIMEOUT,
+    DestinationConfig,
+    job_keys,
+    make_config,
+)
 from connector.errors import ConfigError
 from connector.modes import PUSH_MODES, WRITE_MODES, PushMode, WriteMode
 
@@ -32,8 +40,8 @@ __all__ = [
     "DEFAULT_BASE_URL_ENV",
     "DEFAULT_KEY_ENV",
     "DEFAULT_LOOKBACK",
+    "SCHEMA_CONTRACTS",
     "Condition",
-    "Destination",
     "Job",
     "PushSpec",
     "Source",
@@ -53,9 +61,10 @@ DEFAULT_BASE_URL_ENV = "CONNECTOR_BASE_URL"
 #: unchanged are neither rewritten nor counted, so a longer window costs only reads.
 DEFAULT_LOOKBACK = 300.0
 
-DeletePolicy = Literal["delete", "mark", "keep"]
-
-DELETE_POLICIES: tuple[DeletePolicy, ...] = ("delete", "mark", "keep")
+#: What a sync does when a table's columns change: ``evolve`` every destination's table to
+#: match (and re-read the rows), or ``freeze``: leave that table as it was and say why.
+SchemaContract = Literal["evolve", "freeze"]
+SCHEMA_CONTRACTS: tuple[SchemaContract, ...] = ("evolve", "freeze")
 PUSH_SUFFIXES = (".csv", ".xlsx", ".xlsm", ".parquet")
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -84,28 +93,57 @@ class Source:
     #: client's default (``--max-wait``, ``CONNECTOR_MAX_WAIT``, else 120).
     max_wait: float | None = None
 
-    def resolve(self, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
-        """The base URL and the key, read from the environment at run time."""
+    def resolve(
+        self,
+        environ: Mapping[str, str] | None = None,
+        *,
+        one_shot: bool = False,
+        job_file: Path | None = None,
+    ) -> tuple[str, str]:
+        """The base URL and the key, read from the environment at run time. A missing one
+        is a ConfigError naming where it is set: the job file's key and the variable, or
+        for a command (`one_shot`) its flag and variable."""
         env = os.environ if environ is None else environ
+        where = "" if one_shot or job_file is None else f"{job_file}: "
         if not _ENV_NAME.fullmatch(self.api_key_env) or _looks_like_a_key(self.api_key_env):
             # Not shown: a value that is no variable's name may be the key itself.
             raise ConfigError(
-                "source.api_key_env must name an environment variable (it looks like a key "
-                "itself: put the key in a variable and name that)"
+                f"{where}source.api_key_env must name an environment variable (it looks like "
+                "a key itself: put the key in a variable and name that)"
             )
         base_url = self.base_url or env.get(self.base_url_env, "")
         if not base_url:
+            if one_shot:
+                raise ConfigError(
+                    f"no API base URL: set {self.base_url_env} or pass --base-url (it ends in /v1)"
+                )
             raise ConfigError(
-                f"source.base_url is not set and the environment variable "
+                f"{where}source.base_url is not set and the environment variable "
                 f"{self.base_url_env} is empty"
             )
         key = env.get(self.api_key_env, "")
         if not key:
+            if one_shot:
+                raise ConfigError(f"no API key: set the environment variable {self.api_key_env}")
             raise ConfigError(
-                f"source.api_key_env: the environment variable {self.api_key_env} "
+                f"{where}source.api_key_env: the environment variable {self.api_key_env} "
                 "is not set (it must hold the API key)"
             )
         return base_url, key
+
+    def url_source(self, *, one_shot: bool, job_file: Path | None) -> str:
+        """Where the base URL was set, for messages that ask to fix it."""
+        if one_shot or job_file is None:
+            return f"{self.base_url_env} or --base-url"
+        if self.base_url:
+            return f"source.base_url in {job_file}"
+        return f"{self.base_url_env} (named by source.base_url_env in {job_file})"
+
+    def key_source(self, *, one_shot: bool, job_file: Path | None) -> str:
+        """Where the key was set, for messages that ask to fix it (never the key)."""
+        if one_shot or job_file is None:
+            return self.api_key_env
+        return f"{self.api_key_env} (named by source.api_key_env in {job_file})"
 
 
 @dataclass(frozen=True)
@@ -124,42 +162,6 @@ class TableSelection:
     include: tuple[str, ...] | None = None  # None: every table the key can read
     exclude: tuple[str, ...] = ()
     filters: tuple[tuple[str, tuple[Condition, ...]], ...] = ()
-
-    def wants(self, table_id: str, name: str) -> bool:
-        names = {table_id, name}
-        if self.include is not None and not names & set(self.include):
-            return False
-        return not names & set(self.exclude)
-
-    def filter_for(self, table_id: str, name: str) -> tuple[Condition, ...]:
-        for table, conditions in self.filters:
-            if table in (table_id, name):
-                return conditions
-        return ()
-
-
-@dataclass(frozen=True)
-class Destination:
-    """A Parquet or CSV directory (one file per table), a folder of Delta tables (one per
-    table), each local or in object storage, or a SQL database (one table per table).
-
-    CSV directories come from `connector export --format csv` only: they are always replaced.
-    """
-
-    kind: Literal["parquet", "csv", "sql", "delta", "duckdb"]
-    #: An absolute directory or an object storage URL (``s3://bucket/prefix``, see
-    #: `connector.load.storage`) for parquet/csv/delta, a SQLAlchemy URL for sql, a
-    #: ``duckdb:///<absolute path>`` for duckdb.
-    target: str
-    mode: WriteMode
-    where: str  # the key path, for messages: ``destination[0]``
-    #: csv: neutralise text a spreadsheet would run as a formula (``--excel-safe``).
-    excel_safe: bool = False
-
-    def describe(self) -> str:
-        if self.kind in ("parquet", "csv", "delta"):
-            return f"{self.kind}:{self.target}"
-        return _redact_url(self.target)
 
 
 @dataclass(frozen=True)
@@ -184,7 +186,7 @@ class Job:
     name: str
     source: Source
     tables: TableSelection
-    destinations: tuple[Destination, ...]
+    destinations: tuple[DestinationConfig, ...]
     incremental: bool
     deletes: DeletePolicy
     state_dir: Path
@@ -192,6 +194,10 @@ class Job:
     #: Every Nth run compares every row of each merging destination with the server and
     #: repairs it (as ``connector sync --verify`` does); 0: only when asked.
     verify_every: int = 0
+    #: Seconds an incremental read looks back behind its cursor (`DEFAULT_LOOKBACK`).
+    lookback: float = DEFAULT_LOOKBACK
+    #: What a column change does (`SCHEMA_CONTRACTS`).
+    schema: SchemaContract = "evolve"
     #: A command's job (`export`, `load`): every table read in full, no state file, no lock.
     one_shot: bool = False
 
@@ -209,15 +215,17 @@ class Job:
 
 def one_shot_job(
     command: str,
-    destination: Destination,
+    destination: DestinationConfig,
     *,
     tables: Sequence[str] = (),
     base_url: str | None = None,
     page_size: int = 100,
     max_concurrency: int | None = None,
+    deletes: DeletePolicy = "keep",
 ) -> Job:
     """The job a command (`export`, `load`) runs: `tables` (default every one) read in full
-    into `destination`, with the URL and key from the usual environment variables."""
+    into `destination`, with the URL and key from the usual environment variables. A
+    merging load applies deletions as `deletes` says (every live id is read)."""
     source = Source(
         base_url=base_url.rstrip("/") if base_url else None,
         base_url_env=DEFAULT_BASE_URL_ENV,
@@ -232,7 +240,7 @@ def one_shot_job(
         tables=TableSelection(include=tuple(tables) or None),
         destinations=(destination,),
         incremental=False,
-        deletes="keep",
+        deletes=deletes,
         state_dir=Path.cwd(),
         pushes=(),
         one_shot=True,
@@ -367,6 +375,8 @@ class _Parser:
         deletes = cast(DeletePolicy, sync.choice("deletes", DELETE_POLICIES, "delete"))
         state_dir_value = sync.string("state_dir")
         verify_every = sync.integer("verify_every", 0, low=0, high=1_000_000)
+        lookback = self.duration(sync, "lookback", DEFAULT_LOOKBACK)
+        contract = cast(SchemaContract, sync.choice("schema", SCHEMA_CONTRACTS, "evolve"))
         sync.done()
         destinations = self.destinations(top.get("destination"), incremental)
         pushes = self.pushes(top.get("push"))
@@ -386,7 +396,22 @@ class _Parser:
             state_dir=self.path(state_dir_value) if state_dir_value else self.base,
             pushes=pushes,
             verify_every=verify_every,
+            lookback=lookback,
+            schema=contract,
         )
+
+    def duration(self, section: _Section, name: str, default: float) -> float:
+        """A duration: seconds as a number, or text like ``"90s"``, ``"5m"``, ``"1h"``."""
+        value = section.get(name)
+        if value is None:
+            return default
+        try:
+            return parse_duration(value)
+        except ValueError:
+            raise self.error(
+                section.key(name),
+                f'must be a duration like "5m", "90s" or 0 (seconds), got {value!r}',
+            ) from None
 
     def source(self, data: Any) -> Source:
         if data is None:
@@ -483,7 +508,7 @@ class _Parser:
             raise self.error(where, "is empty")
         return tuple(out)
 
-    def destinations(self, data: Any, incremental: bool) -> tuple[Destination, ...]:
+    def destinations(self, data: Any, incremental: bool) -> tuple[DestinationConfig, ...]:
         if data is None:
             return ()
         if isinstance(data, dict):
@@ -501,81 +526,45 @@ class _Parser:
                 raise self.error(out[i].where, "writes to the same place as an earlier destination")
         return tuple(out)
 
-    def destination(self, data: Any, where: str, incremental: bool) -> Destination:
+    def destination(self, data: Any, where: str, incremental: bool) -> DestinationConfig:
+        """One ``[[destination]]``: exactly one key naming a kind (`job_keys`: a folder for
+        ``parquet``, ``delta``, ``iceberg``; a database URL for ``url``), its mode and options."""
         section = _Section(self, data, where)
-        parquet = section.string("parquet")
-        url = section.string("url")
-        delta = section.string("delta")
+        keys = job_keys()
+        given = {k: section.string(k) for k in keys}
         mode = section.choice("mode", WRITE_MODES, "merge" if incremental else "replace")
+        catalog = section.string("catalog")
+        timeout = section.get("timeout")
         section.done()
-        if [parquet, url, delta].count(None) != 2:
+        chosen = [k for k, v in given.items() if v is not None]
+        if len(chosen) != 1:
             raise self.error(
-                where, "set exactly one of parquet (a directory), delta (a Delta table folder) "
-                "or url (a SQLAlchemy URL)"
+                where, "set exactly one of parquet (a directory), delta (a Delta table folder), "
+                "iceberg (a warehouse folder) or url (a SQLAlchemy or duckdb:/// URL)"
             )
+        (key,) = chosen
         if incremental and mode != "merge":
             raise self.error(
                 f"{where}.mode",
                 f"an incremental sync merges changed rows; mode must be 'merge', got {mode!r}",
             )
-        if parquet is not None:  # a local folder or s3:// gs:// az:// (connector.load.storage)
-            target = self.location(parquet, f"{where}.parquet")
-            return Destination("parquet", target, cast(WriteMode, mode), where)
-        if delta is not None:
-            target = self.location(delta, f"{where}.delta")
-            return Destination("delta", target, cast(WriteMode, mode), where)
-        assert url is not None
-        if url.startswith("duckdb:"):  # written natively, not through SQLAlchemy
-            return Destination("duckdb", self.duckdb_url(url, f"{where}.url"), cast(WriteMode, mode), where)
-        return Destination("sql", self.sql_url(url, f"{where}.url"), cast(WriteMode, mode), where)
-
-    def location(self, value: str, where: str) -> str:
-        """An object storage URL as it is (checked), else a local path made absolute."""
-        from connector.load.storage import check_location, is_remote
-
-        try:
-            checked = check_location(value, where)
-        except ConfigError as exc:
-            raise self.error(where, str(exc).removeprefix(f"{where}: ")) from None
-        return checked if is_remote(checked) else str(self.path(value))
-
-    def duckdb_url(self, url: str, where: str) -> str:
-        """``duckdb:///<path>``, relative to the job file as a sqlite URL's path is."""
-        from connector.load.duckdb import duckdb_url
-
-        try:
-            return duckdb_url(url, self.base, where)
-        except ConfigError as exc:
-            raise self.error(where, str(exc).removeprefix(f"{where}: ")) from None
-
-    def sql_url(self, url: str, where: str) -> str:
-        import sqlalchemy as sa
-        from sqlalchemy.exc import ArgumentError
-
-        try:
-            parsed = sa.engine.make_url(url)
-        except ArgumentError:
+        if catalog is not None and key != "iceberg":
+            raise self.error(f"{where}.catalog", "only applies to an iceberg destination")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 3600
+        ):
             raise self.error(
-                where,
-                "is not a SQLAlchemy URL (like sqlite:///out.db or postgresql+psycopg://host/db)",
-            ) from None
-        try:
-            parsed.get_dialect()  # the database kind is known (its driver loads at connect)
-        except (ArgumentError, ImportError):
-            raise self.error(
-                where,
-                f"names no database SQLAlchemy knows ({parsed.drivername!r}); like "
-                "sqlite:///out.db or postgresql+psycopg://host/db",
-            ) from None
-        if parsed.password:
-            raise self.error(
-                where,
-                "holds a password: leave it out and let the driver read it from the "
-                "environment (PGPASSWORD, ~/.pgpass) — job files hold no secrets",
+                f"{where}.timeout", f"must be a number of seconds from 1 to 3600, got {timeout!r}"
             )
-        if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-            parsed = parsed.set(database=str(self.path(parsed.database)))
-        return parsed.render_as_string(hide_password=False)
+        value = given[key]
+        assert value is not None
+        try:
+            return make_config(
+                key, value, mode=cast(WriteMode, mode), where=f"{where}.{key}", base=self.base,
+                catalog=catalog, timeout=float(timeout or DEFAULT_TIMEOUT), secrets_allowed=False,
+            )
+        except ConfigError as exc:
+            raise self.error(f"{where}.{key}", str(exc).removeprefix(f"{where}.{key}: ")) from None
 
     def pushes(self, data: Any) -> tuple[PushSpec, ...]:
         if data is None:
@@ -646,18 +635,29 @@ def _check_url(parser: _Parser, where: str, url: str) -> None:
         )
 
 
-def _redact_url(url: str) -> str:
-    import sqlalchemy as sa
-
-    try:
-        return sa.engine.make_url(url).render_as_string(hide_password=True)
-    except sa.exc.ArgumentError:  # not a URL at all: nothing to hide, nothing to render
-        return "an unparsable database URL"
-
-
 def _q(name: str) -> str:
     """A TOML-style key path segment: bare when it can be, quoted otherwise."""
     return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else f'"{name}"'
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from a number, or from text like ``"90s"``, ``"5m"``, ``"1h"``, ``"0"``;
+    ValueError for anything else (or a negative time)."""
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", value)
+        if match is None:
+            raise ValueError(value)
+        number, unit = float(match.group(1)), match.group(2) or "s"
+        seconds = number * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
+    else:
+        raise ValueError(value)
+    if not 0 <= seconds < float("inf"):
+        raise ValueError(value)
+    return seconds
 
 
 def key_path(*parts: str) -> str:

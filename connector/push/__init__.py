@@ -22,8 +22,8 @@ from typing import cast
 import pandas as pd
 
 from connector.api import AsyncClient, Client
+from connector.atomic import atomic_path
 from connector.errors import ConfigError, NotFound
-from connector.load.atomic import atomic_path
 from connector.progress import progress as progress_bar
 from connector.push.apply import (
     PushResult,

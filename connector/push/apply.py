@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from connector.api import MAX_BULK_ROWS, AsyncClient
+from connector.atomic import atomic_path
+from connector.destinations.formats import excel_safe
 from connector.errors import (
     ApiValidationError,
     BadRequest,
@@ -41,8 +43,6 @@ from connector.errors import (
     ServerError,
     TransportError,
 )
-from connector.load.atomic import atomic_path
-from connector.load.csv import excel_safe
 from connector.progress import Progress
 from connector.push.live import Live, read_live_async
 from connector.push.plan import (

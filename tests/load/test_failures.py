@@ -246,7 +246,7 @@ def test_a_stopped_first_export_removes_the_folders_it_made(
 
 
 def test_a_failed_write_keeps_a_folder_that_holds_files(tmp_path: Path) -> None:
-    from connector.load.atomic import atomic_path
+    from connector.atomic import atomic_path
 
     made = tmp_path / "a" / "b"
     with pytest.raises(RuntimeError), atomic_path(made / "x.parquet"):

@@ -1,4 +1,9 @@
-"""Object storage (``s3://``, ``gs://``, ``az://``) through one filesystem layer, fsspec.
+"""Where the file formats keep their files: a local folder or object storage, one layer.
+
+A `Store` is a folder of named files: does one exist, where can it be read, and replace it
+whole. `LocalStore` is a directory (files written aside and renamed: `connector.atomic`);
+`ObjectStore` is a prefix in object storage (``s3://``, ``gs://``, ``az://``) through fsspec.
+The file formats (`connector.destinations.files`) and their merges are the same on both.
 
 Each scheme's fsspec implementation (s3fs, gcsfs, adlfs) is an optional extra, imported by
 `connector.extras.require`, and finds credentials in its provider's standard chain
@@ -9,22 +14,40 @@ Objects appear whole or not at all: a file is written locally with the atomic wr
 uploaded in one put (`ObjectStore.put`). A single PUT that does not finish never becomes an
 object, and neither does a multipart upload that is never completed (large files), so a
 killed upload leaves the previous object as it was.
+
+Every request to object storage is bounded (`DEFAULT_TIMEOUT` seconds, the destination's
+``timeout``): a store that stops answering fails the table with a message naming it, rather
+than holding the run for ever.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from connector.atomic import atomic_path
 from connector.errors import ConfigError, ConnectorError, DestinationError
 from connector.extras import require
-from connector.load.atomic import atomic_path
 
-__all__ = ["SCHEMES", "ObjectStore", "check_location", "is_remote"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "SCHEMES",
+    "LocalStore",
+    "ObjectStore",
+    "Store",
+    "check_location",
+    "is_remote",
+    "open_store",
+]
+
+#: Seconds one request to a destination may take before it counts as not answering (an
+#: object store's connect and read, a database's connect); a few attempts each.
+DEFAULT_TIMEOUT = 60.0
 
 #: URL scheme -> the fsspec implementation that serves it.
 SCHEMES: dict[str, str] = {
@@ -69,26 +92,125 @@ def check_location(location: str, where: str) -> str:
     return f"{scheme}://{parts.netloc}{parts.path}".rstrip("/")
 
 
-def filesystem(url: str) -> Any:
-    """The fsspec filesystem for `url`'s scheme (its extra imported, or MissingExtra)."""
+def filesystem(url: str, timeout: float = DEFAULT_TIMEOUT) -> Any:
+    """The fsspec filesystem for `url`'s scheme (its extra imported, or MissingExtra), its
+    requests bounded by `timeout` seconds."""
     scheme = url.partition("://")[0].lower()
     module = SCHEMES[scheme]
     require(module, f"{scheme}:// destinations")
     fsspec = require("fsspec", f"{scheme}:// destinations")
-    return fsspec.filesystem(scheme)
+    return fsspec.filesystem(scheme, **_bounded(module, timeout))
+
+
+def _bounded(module: str, timeout: float) -> dict[str, Any]:
+    """Each implementation's own settings for a request's time limit and attempts."""
+    if module == "s3fs":
+        retries = {"max_attempts": 3, "mode": "standard"}
+        config = {"connect_timeout": timeout, "read_timeout": timeout, "retries": retries}
+        return {"config_kwargs": config, "retries": 2}
+    if module == "gcsfs":
+        return {"timeout": timeout, "retries": 2}
+    return {}
+
+
+class Store(Protocol):
+    """A folder of named files, local or in object storage."""
+
+    def check(self) -> None:
+        """Fail now if the folder cannot be reached at all (no bucket, no access)."""
+
+    def locate(self, name: str) -> str:
+        """The file's path or URL, as a person reads it."""
+
+    def exists(self, name: str) -> bool: ...
+
+    def readable(self, name: str) -> Path | None:
+        """A local path holding the file's current content (None: there is no such file)."""
+
+    def replace(self, name: str) -> contextlib.AbstractContextManager[Path]:
+        """A local path to write the file's new content to; on a clean exit it replaces the
+        file whole (readers see the old one or the new one), on an exception nothing changes."""
+
+    def close(self) -> None: ...
+
+
+def open_store(location: str, timeout: float = DEFAULT_TIMEOUT) -> Store:
+    """The store for a local directory or an object storage URL."""
+    return ObjectStore(location, timeout) if is_remote(location) else LocalStore(Path(location))
+
+
+class LocalStore:
+    """A local directory: files written aside and renamed into place (`atomic_path`)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def check(self) -> None:
+        pass
+
+    def locate(self, name: str) -> str:
+        return str(self.directory / name)
+
+    def exists(self, name: str) -> bool:
+        return (self.directory / name).is_file()
+
+    def readable(self, name: str) -> Path | None:
+        path = self.directory / name
+        return path if path.is_file() else None
+
+    def replace(self, name: str) -> contextlib.AbstractContextManager[Path]:
+        return atomic_path(self.directory / name)
+
+    def close(self) -> None:
+        pass
 
 
 class ObjectStore:
-    """A folder of objects under one URL (``s3://bucket/prefix``): get, put, exists, whole."""
+    """A folder of objects under one URL (``s3://bucket/prefix``): get, put, exists, whole.
 
-    def __init__(self, url: str) -> None:
+    An object is read through a local copy, downloaded the first time a run reads it and
+    kept in step by this run's writes; a write goes to a local file first, then is uploaded
+    in one put.
+    """
+
+    def __init__(self, url: str, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.url = url.rstrip("/")
         self.scheme = self.url.partition("://")[0].lower()
-        self.fs = filesystem(self.url)
+        self.fs = filesystem(self.url, timeout)
         self.root = self.url.partition("://")[2]
+        self._copies = tempfile.TemporaryDirectory(prefix="connector-objects-")
+        self._fetched: set[str] = set()
 
     def url_of(self, name: str) -> str:
         return f"{self.url}/{name}"
+
+    def locate(self, name: str) -> str:
+        return self.url_of(name)
+
+    def close(self) -> None:
+        self._copies.cleanup()
+
+    def readable(self, name: str) -> Path | None:
+        """The object's local copy, downloaded once a run (then kept in step by writes)."""
+        copy = Path(self._copies.name) / name
+        if name not in self._fetched:
+            if not self.get(name, copy):
+                copy.unlink(missing_ok=True)
+            self._fetched.add(name)
+        return copy if copy.is_file() else None
+
+    @contextlib.contextmanager
+    def replace(self, name: str) -> Iterator[Path]:
+        copy = Path(self._copies.name) / name
+        try:
+            with atomic_path(copy) as temp:
+                yield temp
+            self.put(copy, name)
+        except BaseException:
+            self._fetched.discard(name)  # the copy may be ahead of the object now
+            copy.unlink(missing_ok=True)
+            raise
+        self._fetched.add(name)
 
     def check(self) -> None:
         """Fail now if the bucket cannot be listed (missing, or no access)."""

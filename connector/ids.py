@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-__all__ = ["IdSet", "arrow_ints", "arrow_mask", "hash_ids"]
+__all__ = ["IdSet", "hash_ids"]
 
 Hashes = npt.NDArray[np.int64]
 
@@ -29,19 +29,6 @@ Hashes = npt.NDArray[np.int64]
 def hash_ids(ids: pa.Array | pa.ChunkedArray) -> Hashes:
     """The 64-bit hashes of `ids` (strings), in their order."""
     return np.fromiter(map(hash, ids.to_pylist()), np.int64, len(ids))
-
-
-def arrow_mask(mask: npt.NDArray[np.bool_]) -> pa.Array:
-    """A numpy boolean array as an Arrow one, from its bits: `pa.array` of a numpy array
-    makes pyarrow import pandas (~40 MB), which a sync or export never needs otherwise."""
-    bits = np.packbits(np.ascontiguousarray(mask, np.bool_), bitorder="little")
-    return pa.Array.from_buffers(pa.bool_(), len(mask), [None, pa.py_buffer(bits)])
-
-
-def arrow_ints(values: Hashes) -> pa.Array:
-    """A numpy int64 array as an Arrow one (not `pa.array`: see `arrow_mask`)."""
-    data = np.ascontiguousarray(values, np.int64)
-    return pa.Array.from_buffers(pa.int64(), len(data), [None, pa.py_buffer(data)])
 
 
 def _sorted_distinct(hashes: Hashes) -> Hashes:

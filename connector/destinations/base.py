@@ -1,0 +1,215 @@
+"""The one protocol every destination implements, and the values that cross it.
+
+A destination holds one table per API table (a file, a SQL table, a Delta or Iceberg table)
+and changes it only through `Destination.apply`: the schema evolved, rows written, rows
+deleted or marked, all in ONE commit (one transaction, one atomic file swap, one table
+commit). So a failed or stopped write leaves the table as it was, and a job's state, saved
+only after every destination committed, never runs ahead of what a destination holds.
+
+    check()            unreachable or misconfigured: fail now, before any read
+    locate(t)          where the table is, as a person reads it
+    stored(t)          the table's schema as held here (None: no such table yet)
+    scan(t, columns)   its live rows (not marked deleted), batch by batch
+    apply(t, change)   evolve + write + delete/mark, atomically -> `Committed`
+    close()
+
+What a kind can do is data (`Capabilities`), read by the runner and the docs; how it does it
+is its own module's business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+from typing import TYPE_CHECKING, Literal, Protocol
+
+import pyarrow as pa
+
+from connector.arrays import no_ids
+from connector.modes import WriteMode
+from connector.schema import META_COLUMN_TYPE, META_SYSTEM, Table, arrow_schema
+
+if TYPE_CHECKING:
+    from connector.destinations.evolve import SchemaOp
+    from connector.destinations.registry import DestinationConfig
+    from connector.ids import IdSet
+
+__all__ = [
+    "DELETED_AT",
+    "DELETED_FIELD",
+    "Capabilities",
+    "Committed",
+    "DeletePolicy",
+    "Destination",
+    "TableChange",
+    "Target",
+]
+
+#: The column a ``deletes = "mark"`` destination stamps on rows deleted upstream: the time
+#: the deletion was seen. Every destination that takes marks has it from its first write.
+DELETED_AT = "_deleted_at"
+DELETED_FIELD = pa.field(DELETED_AT, pa.timestamp("us", tz="UTC"))
+
+#: What a merge does with rows deleted upstream: remove them, stamp `DELETED_AT`, or leave them.
+DeletePolicy = Literal["delete", "mark", "keep"]
+DELETE_POLICIES: tuple[DeletePolicy, ...] = ("delete", "mark", "keep")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One API table in one destination: what its rows look like and what it is called there."""
+
+    table: Table
+    #: The table's name in every destination of a run (`connector.destinations.naming`).
+    name: str
+
+    @cached_property
+    def schema(self) -> pa.Schema:
+        """The rows' Arrow schema (`connector.schema.arrow_schema`): system fields, then
+        the columns."""
+        return arrow_schema(self.table)
+
+    @property
+    def id_name(self) -> str:
+        return self.table.system_names()["id"]
+
+    @property
+    def updated_name(self) -> str:
+        return self.table.system_names()["updated_at"]
+
+    def with_marks(self, marks: bool) -> pa.Schema:
+        """The schema a table holds: the rows' fields, and `DELETED_AT` when it takes marks."""
+        return self.schema.append(DELETED_FIELD) if marks else self.schema
+
+
+@dataclass(frozen=True)
+class TableChange:
+    """Everything one commit applies to one table.
+
+    ``replace``: the table becomes `rows`. ``append``: rows whose ids the table does not hold
+    yet are added (held ones, marked ones included, stay as they are). ``merge``: `rows` are
+    upserted by id (a marked row that comes back loses its mark) and `deleted` removed, or
+    with `mark` stamped `DELETED_AT` (a stamp already set stays).
+
+    `mark` also means the table carries `DELETED_AT` from its first write, so marks work
+    whichever order creates, updates and deletes arrive in. `evolve` lists the column changes
+    since the table was written (renames are known only from it); the destination makes its
+    columns those of the target's schema before the rows go in, converting held values.
+    `ids`, when given, are the ids of `rows` (a file merge then streams them).
+    """
+
+    mode: WriteMode
+    rows: Iterable[pa.RecordBatch] = ()
+    deleted: pa.Array = field(default_factory=no_ids)
+    mark: bool = False
+    evolve: tuple[SchemaOp, ...] = ()
+    ids: IdSet | None = None
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What one commit did, in the same terms for every destination: rows written (inserted
+    or replaced; for an append only the new ones) and rows deleted (removed, or newly marked)."""
+
+    written: int = 0
+    deleted: int = 0
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a kind of destination can do, as data the runner and the docs read."""
+
+    #: Several tables may be written at once (a file or table directory each, a server
+    #: database); otherwise one table at a time while the others read into a spool.
+    parallel_writes: bool
+    modes: frozenset[WriteMode] = frozenset({"replace", "append", "merge"})
+    #: Takes ``deletes = "mark"``.
+    marks: bool = True
+
+
+class Destination(Protocol):
+    """One destination of a run. Opened by `connector.destinations.open_destination`."""
+
+    config: DestinationConfig
+    capabilities: Capabilities
+
+    def check(self) -> None:
+        """Fail now (`DestinationError`, `ConfigError`) if the destination cannot be used."""
+
+    def locate(self, target: Target) -> str:
+        """Where the table is, as a person reads it (a file, a URL, a SQL table name)."""
+
+    def stored(self, target: Target) -> pa.Schema | None:
+        """The table's columns as held here, as Arrow fields; None when there is no table."""
+
+    def scan(
+        self, target: Target, columns: Sequence[str], *, updated_after: datetime | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """The live rows held here (marked ones left out), only `columns` (those held;
+        a column not held is left out), batch by batch. Nothing when there is no table.
+        `updated_after`: only rows whose ``updated_at`` is later are needed (a destination
+        may return more)."""
+
+    def apply(self, target: Target, change: TableChange) -> Committed:
+        """Evolve, write and delete as `change` says, in one commit; `DestinationError` (the
+        table left as it was) when the destination refuses."""
+
+    def close(self) -> None:
+        """Release connections and temporary copies."""
+
+
+def system_kind(field_: pa.Field) -> str | None:
+    """``id``, ``created_at`` or ``updated_at`` for a system field of a rows schema."""
+    value = (field_.metadata or {}).get(META_SYSTEM)
+    return value.decode() if value else None
+
+
+def column_kind(field_: pa.Field) -> str | None:
+    """The API column type a rows-schema field was made from (`connector.schema`)."""
+    value = (field_.metadata or {}).get(META_COLUMN_TYPE)
+    return value.decode() if value else None
+
+
+def fits(stored: pa.Schema, target: Target) -> bool:
+    """Whether a held table has exactly the target's columns with their kinds of values (a
+    mark column aside): if not, a column was added, dropped or retyped since it was written."""
+    from connector.destinations.arrow import plain_type
+
+    def kinds(schema: pa.Schema) -> dict[str, pa.DataType]:
+        return {
+            f.name: pa.timestamp("us") if pa.types.is_timestamp(f.type) else plain_type(f.type)
+            for f in schema
+            if f.name != DELETED_AT
+        }
+
+    return kinds(stored) == kinds(target.schema)
+
+
+class LiveRows:
+    """The filter a scan applies to held batches: rows not marked deleted (and, when asked,
+    changed after a time). `columns` are what it needs read besides the scan's own."""
+
+    def __init__(self, held: Iterable[str], target: Target, updated_after: datetime | None) -> None:
+        held = set(held)
+        self.marks = DELETED_AT in held
+        self.updated = target.updated_name if updated_after is not None else None
+        self.after = updated_after
+        self.columns = [DELETED_AT] * self.marks + ([self.updated] if self.updated else [])
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        import pyarrow.compute as pc
+
+        keep = None
+        if self.marks:
+            keep = pc.is_null(batch.column(DELETED_AT))
+        if self.updated is not None and self.updated in batch.schema.names:
+            column = batch.column(self.updated)
+            later = pc.fill_null(pc.greater(column, pa.scalar(self.after, column.type)), False)
+            keep = later if keep is None else pc.and_(keep, later)
+        return batch if keep is None else batch.filter(keep)
+
+
+def live_rows(held: Iterable[str], target: Target, updated_after: datetime | None) -> LiveRows:
+    return LiveRows(held, target, updated_after)

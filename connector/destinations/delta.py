@@ -1,0 +1,322 @@
+"""Delta Lake tables (the `deltalake` package), one per table in a folder or object storage
+URL, each `apply` ONE commit.
+
+A Delta table is a folder of Parquet files and a log of commits; readers see the last
+commit. A replace is an overwrite; an append a merge that inserts the ids the table lacks;
+a merge an upsert by row id whose deletions (or marks) are in the same commit. A column
+added upstream is added by the merge itself (``merge_schema``); any other column change
+rewrites the table (its held rows renamed and converted, `connector.destinations.rewrite`)
+in one overwrite commit. A write that fails or is killed before its commit leaves only
+unreferenced files: the table is as it was.
+
+**Rows reach deltalake from a local spool, never from a Python iterator.** deltalake runs
+its writes on a Rust runtime whose worker threads would call back into Python (taking the
+GIL) to pull each batch of a Python-backed stream, while a call such as
+``DeltaTable.is_deltatable`` on another thread holds the GIL and waits on that same
+runtime: with tables written in parallel, the runtime's workers and that call waited for
+each other for ever (a sync to S3 hung in 3 of 23 runs, SIGTERM ignored). So each table's
+rows are first written, in our own thread, to an Arrow IPC file, and deltalake reads that
+file through Arrow's C++ reader, which needs no GIL.
+
+On S3 the commit is a conditional put (``If-None-Match``, which S3 and S3-compatible stores
+honour): two writers never both commit the same version, so no external lock and no
+``AWS_S3_ALLOW_UNSAFE_RENAME``. Credentials come from the provider's standard chain, as for
+`connector.destinations.storage`; only the endpoint's plain-HTTP allowance and the request
+time limit are set here. Choices are stored as their text (Delta has no dictionary type).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from connector.destinations.arrow import conform, plain_type
+from connector.destinations.base import (
+    DELETED_AT,
+    DELETED_FIELD,
+    Committed,
+    TableChange,
+    Target,
+    live_rows,
+)
+from connector.destinations.evolve import renames
+from connector.destinations.naming import file_name
+from connector.destinations.registry import DestinationConfig, kind
+from connector.destinations.rewrite import Counted, KeptRows
+from connector.destinations.storage import is_remote, open_store
+from connector.errors import ConnectorError, DestinationError
+from connector.extras import require
+
+__all__ = ["DeltaDestination", "open_delta", "storage_options"]
+
+#: A merge's source says per row whether it is an upsert or a deletion.
+_OP = "_connector_op"
+_FEATURE = "Delta Lake destinations"
+
+
+def open_delta(config: DestinationConfig) -> DeltaDestination:
+    return DeltaDestination(config)
+
+
+def storage_options(uri: str, timeout: float) -> dict[str, str] | None:
+    """What deltalake needs beyond the provider's chain (which it reads itself): a time
+    limit per request; on S3, commits by conditional put, and plain HTTP allowed when the
+    endpoint is http://."""
+    if not is_remote(uri):
+        return None
+    options = {"timeout": f"{max(1, round(timeout))}s"}
+    if uri.startswith("s3://"):
+        options["conditional_put"] = "etag"
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL", "")
+        if endpoint.startswith("http://"):
+            options["allow_http"] = "true"
+    return options
+
+
+class DeltaDestination:
+    """A folder (local or object storage) with one Delta table per table, named like it."""
+
+    def __init__(self, config: DestinationConfig) -> None:
+        self.deltalake = require("deltalake", _FEATURE)
+        self.config = config
+        self.capabilities = kind("delta").capabilities
+        self._spools = tempfile.TemporaryDirectory(prefix="connector-delta-")
+
+    def check(self) -> None:
+        if is_remote(self.config.target):
+            store = open_store(self.config.target, self.config.timeout)
+            try:
+                store.check()
+            finally:
+                store.close()
+
+    def close(self) -> None:
+        self._spools.cleanup()
+
+    def locate(self, target: Target) -> str:
+        return f"{self.config.target.rstrip('/')}/{file_name(target.name)}"
+
+    def _options(self, uri: str) -> dict[str, str] | None:
+        return storage_options(uri, self.config.timeout)
+
+    def _open(self, uri: str) -> Any:
+        """The Delta table at `uri`, or None when there is none yet."""
+        with self._failures("reading", uri):
+            if not self.deltalake.DeltaTable.is_deltatable(uri, self._options(uri)):
+                return None
+            return self.deltalake.DeltaTable(uri, storage_options=self._options(uri))
+
+    def stored(self, target: Target) -> pa.Schema | None:
+        uri = self.locate(target)
+        table = self._open(uri)
+        if table is None:
+            return None
+        with self._failures("reading", uri):
+            held = pa.schema(table.schema().to_arrow())
+        ours = {f.name: f for f in target.with_marks(True)}
+        return pa.schema([
+            ours[f.name].with_type(f.type)
+            if f.name in ours and plain_type(ours[f.name].type) == plain_type(f.type) else f
+            for f in held
+        ])
+
+    def scan(
+        self, target: Target, columns: Sequence[str], *, updated_after: datetime | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        uri = self.locate(target)
+        table = self._open(uri)
+        if table is None:
+            return
+        with self._failures("reading", uri):
+            names = _names(table)
+            wanted = [c for c in columns if c in names]
+            keep = live_rows(names, target, updated_after)
+            extra = [c for c in keep.columns if c not in wanted]
+            for batch in _rows(table, wanted + extra):
+                yield keep(batch).select(wanted)
+
+    def apply(self, target: Target, change: TableChange) -> Committed:
+        uri = self.locate(target)
+        table = None if change.mode == "replace" else self._open(uri)
+        marks = change.mark or (table is not None and DELETED_AT in _names(table))
+        schema = target.with_marks(marks)
+        with self._failures("writing", uri):
+            if table is None:
+                return Committed(written=self._overwrite(uri, change.rows, schema))
+            held = set(_names(table))
+            if renames(change.evolve) or not held <= set(schema.names) or _retyped(table, schema):
+                return self._rewrite(uri, table, target, change, schema)
+            return self._merge(uri, table, target, change, schema, add=not set(schema.names) <= held)
+
+    def _overwrite(self, uri: str, rows: Iterable[pa.RecordBatch], schema: pa.Schema) -> int:
+        with self._spool(rows, schema) as (reader, count):
+            self.deltalake.write_deltalake(
+                uri, reader, mode="overwrite", schema_mode="overwrite",
+                storage_options=self._options(uri),
+            )
+        return count
+
+    def _rewrite(
+        self, uri: str, table: Any, target: Target, change: TableChange, schema: pa.Schema
+    ) -> Committed:
+        """Columns renamed, retyped or dropped: the table rewritten in one overwrite commit,
+        its kept rows converted, then the change's rows."""
+        kept = KeptRows(lambda columns: _rows(table, columns), target, change, schema)
+        new = kept.new_rows(change.rows)
+        counted = Counted(new)
+        self._overwrite(uri, _chain(kept, counted), schema)
+        return Committed(written=counted.count, deleted=kept.deleted)
+
+    def _merge(
+        self, uri: str, table: Any, target: Target, change: TableChange, schema: pa.Schema,
+        *, add: bool,
+    ) -> Committed:
+        """Upsert (or, appending, insert new ids) and delete or stamp, in one merge commit;
+        `add`: columns new upstream are added by the merge (``merge_schema``)."""
+        merging = change.mode == "merge"
+        gone = change.deleted if merging else change.deleted.slice(0, 0)
+        source = pa.schema([*(_stored_field(f) for f in schema), pa.field(_OP, pa.string())])
+        t, s = "t", "s"
+        key = f"{t}.{_q(target.id_name)} = {s}.{_q(target.id_name)}"
+        upsert, delete = f"{s}.{_OP} = 'upsert'", f"{s}.{_OP} = 'delete'"
+        rows = Counted(change.rows)
+        batches = _with_ops(rows, gone, schema, source, target.id_name, change.mark)
+        with self._spool(batches, source) as (reader, _):
+            merger = table.merge(
+                reader, key, source_alias=s, target_alias=t, merge_schema=add,
+                streamed_exec=True,
+            )
+            if merging:
+                merger = merger.when_matched_update_all(upsert, except_cols=[_OP])
+                if change.mark:
+                    stamped = f"{delete} AND {t}.{_q(DELETED_AT)} IS NULL"
+                    merger = merger.when_matched_update(
+                        {_q(DELETED_AT): f"{s}.{_q(DELETED_AT)}"}, stamped
+                    )
+                else:
+                    merger = merger.when_matched_delete(delete)
+            metrics = merger.when_not_matched_insert_all(upsert, except_cols=[_OP]).execute()
+        inserted = int(metrics.get("num_target_rows_inserted", 0))
+        if not merging:
+            return Committed(written=inserted)
+        updated = int(metrics.get("num_target_rows_updated", 0))
+        if change.mark:  # the stamps are updates too: those beyond the upserts that matched
+            deleted = updated - (rows.count - inserted)
+        else:
+            deleted = int(metrics.get("num_target_rows_deleted", 0))
+        return Committed(written=rows.count, deleted=deleted)
+
+    @contextlib.contextmanager
+    def _spool(
+        self, batches: Iterable[pa.RecordBatch], schema: pa.Schema
+    ) -> Iterator[tuple[pa.RecordBatchReader, int]]:
+        """`batches` (shaped as Delta stores them) written to a local Arrow IPC file by this
+        thread, then handed over as a C++ reader of that file (see the module docstring)."""
+        out = pa.schema([_stored_field(f) for f in schema])
+        fd, name = tempfile.mkstemp(suffix=".arrow", dir=self._spools.name)
+        os.close(fd)
+        path = Path(name)
+        count = 0
+        try:
+            options = pa.ipc.IpcWriteOptions(compression="lz4")
+            with pa.OSFile(name, "wb") as sink, pa.ipc.new_stream(sink, out, options=options) as w:
+                for batch in batches:
+                    if batch.num_rows:
+                        w.write_batch(_stored(batch, out))
+                        count += batch.num_rows
+            with pa.OSFile(name, "rb") as source:
+                yield pa.ipc.open_stream(source), count
+        finally:
+            path.unlink(missing_ok=True)
+
+    @contextlib.contextmanager
+    def _failures(self, doing: str, uri: str) -> Iterator[None]:
+        """deltalake's and the object store's exceptions become one DestinationError line."""
+        try:
+            yield
+        except ConnectorError:
+            raise
+        except Exception as exc:
+            text = " ".join(str(exc).split()) or type(exc).__name__
+            raise DestinationError(f"{doing} Delta table {uri} failed: {text[:300]}") from exc
+
+
+def _with_ops(
+    rows: Iterable[pa.RecordBatch],
+    gone: pa.Array,
+    schema: pa.Schema,
+    source: pa.Schema,
+    id_name: str,
+    stamp: bool,
+) -> Iterator[pa.RecordBatch]:
+    """A merge's source: the rows as upserts, then the deleted ids as rows (nulls but the id,
+    and the stamp when marking)."""
+    upsert = pa.scalar("upsert")
+    for batch in rows:
+        batch = conform(batch, schema)
+        columns = [*batch.columns, pa.repeat(upsert, batch.num_rows)]
+        yield pa.RecordBatch.from_arrays(columns, names=source.names)
+    if not len(gone):
+        return
+    now = pa.scalar(datetime.now(UTC), DELETED_FIELD.type)
+    columns = []
+    for f in source:
+        if f.name == id_name:
+            columns.append(gone.cast(f.type))
+        elif f.name == _OP:
+            columns.append(pa.repeat(pa.scalar("delete"), len(gone)))
+        elif f.name == DELETED_AT and stamp:
+            columns.append(pa.repeat(now, len(gone)))
+        else:
+            columns.append(pa.nulls(len(gone), f.type))
+    yield pa.RecordBatch.from_arrays(columns, schema=source)
+
+
+def _stored_field(field: pa.Field) -> pa.Field:
+    """A field as Delta stores it: a choice as its text."""
+    return field.with_type(plain_type(field.type))
+
+
+def _stored(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    columns = [
+        c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in batch.columns
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _rows(table: Any, columns: Sequence[str] | None) -> Iterator[pa.RecordBatch]:
+    """The table's `columns` (those it has; None: all), marked rows included, batch by batch."""
+    names = _names(table)
+    wanted = list(names) if columns is None else [c for c in columns if c in names]
+    yield from table.to_pyarrow_dataset().to_batches(columns=wanted)
+
+
+def _retyped(table: Any, schema: pa.Schema) -> bool:
+    """Whether a column the table holds has another type than `schema` gives it."""
+    held = {f.name: f.type for f in pa.schema(table.schema().to_arrow())}
+    return any(
+        f.name in held and plain_type(held[f.name]) != plain_type(f.type)
+        and not (pa.types.is_timestamp(held[f.name]) and pa.types.is_timestamp(f.type))
+        for f in schema
+    )
+
+
+def _names(table: Any) -> list[str]:
+    return [f.name for f in table.schema().fields]
+
+
+def _chain(*parts: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    for part in parts:
+        yield from part
+
+
+def _q(name: str) -> str:
+    """A column name in a deltalake SQL predicate."""
+    return "`" + name.replace("`", "``") + "`"

@@ -1,0 +1,131 @@
+"""Files: a folder (local, or object storage through `connector.destinations.storage`) with
+one ``<table name>.parquet`` (or ``.csv``) per table.
+
+A file is always written whole and swapped in: a replace writes the rows; an append or a
+merge streams the file's kept rows (renamed, converted and re-encoded to the table's current
+columns) followed by the new ones into a new file, so evolving the schema, writing the rows
+and removing or stamping deleted ones are one swap. CSV files are export-only: replaced whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from connector.destinations.arrow import conform
+from connector.destinations.base import (
+    DELETED_AT,
+    Capabilities,
+    Committed,
+    TableChange,
+    Target,
+    live_rows,
+)
+from connector.destinations.formats import encode_csv, encode_parquet, parquet_batches
+from connector.destinations.naming import file_name
+from connector.destinations.registry import DestinationConfig
+from connector.destinations.rewrite import Counted, KeptRows
+from connector.destinations.storage import Store, open_store
+from connector.errors import ConfigError, DestinationError
+
+__all__ = ["FilesDestination", "open_csv", "open_parquet"]
+
+
+def open_parquet(config: DestinationConfig) -> FilesDestination:
+    return FilesDestination(config, "parquet")
+
+
+def open_csv(config: DestinationConfig) -> FilesDestination:
+    return FilesDestination(config, "csv")
+
+
+class FilesDestination:
+    """One Parquet or CSV file per table in a folder or under an object storage URL."""
+
+    def __init__(self, config: DestinationConfig, format: Literal["parquet", "csv"]) -> None:
+        self.config = config
+        self.format = format
+        self.store: Store = open_store(config.target, config.timeout)
+        self.capabilities = Capabilities(
+            parallel_writes=True,
+            modes=frozenset({"replace", "append", "merge"} if format == "parquet" else {"replace"}),
+            marks=format == "parquet",
+        )
+
+    def check(self) -> None:
+        self.store.check()
+
+    def close(self) -> None:
+        self.store.close()
+
+    def _file(self, target: Target) -> str:
+        return f"{file_name(target.name)}.{self.format}"
+
+    def locate(self, target: Target) -> str:
+        return self.store.locate(self._file(target))
+
+    def stored(self, target: Target) -> pa.Schema | None:
+        if self.format == "csv":
+            return None  # replaced whole: what it held does not matter
+        path = self.store.readable(self._file(target))
+        return None if path is None else pq.read_schema(path)
+
+    def scan(
+        self, target: Target, columns: Sequence[str], *, updated_after: datetime | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        if self.format == "csv":
+            return
+        path = self.store.readable(self._file(target))
+        if path is None:
+            return
+        with pq.ParquetFile(path) as file:  # not pq.read_table: pyarrow.dataset loads pandas
+            held = set(file.schema_arrow.names)
+            wanted = [c for c in columns if c in held]
+            keep = live_rows(held, target, updated_after)
+            extra = [c for c in keep.columns if c not in wanted]
+            for batch in parquet_batches(file, wanted + extra):
+                yield keep(batch).select(wanted)
+
+    def apply(self, target: Target, change: TableChange) -> Committed:
+        if change.mode not in self.capabilities.modes:
+            raise ConfigError(f"{self.config.where}: {self.format} files are only replaced whole")
+        name = self._file(target)
+        held = None if change.mode == "replace" else self.store.readable(name)
+        with self._failures(name):
+            if held is None:
+                schema = target.with_marks(change.mark and change.mode == "merge")
+                rows = Counted(conform(b, schema) for b in change.rows)
+                self._write(name, rows, schema)
+                return Committed(written=rows.count)
+            with pq.ParquetFile(held) as old:
+                marks = change.mark or DELETED_AT in old.schema_arrow.names
+                schema = target.with_marks(marks)
+                kept = KeptRows(lambda columns: parquet_batches(old, columns), target, change, schema)
+                new = Counted(conform(b, schema) for b in kept.new_rows(change.rows))
+                self._write(name, _chain(kept, new), schema)
+            return Committed(written=new.count, deleted=kept.deleted)
+
+    def _write(self, name: str, rows: Iterable[pa.RecordBatch], schema: pa.Schema) -> None:
+        with self.store.replace(name) as temp:
+            if self.format == "csv":
+                encode_csv(rows, schema, temp, excel_safe=self.config.excel_safe)
+            else:
+                encode_parquet(rows, schema, temp)
+
+    @contextlib.contextmanager
+    def _failures(self, name: str) -> Iterator[None]:
+        try:
+            yield
+        except (OSError, pa.ArrowException) as exc:
+            where = self.store.locate(name)
+            raise DestinationError(f"writing {where} failed: {exc}") from exc
+
+
+def _chain(*parts: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    for part in parts:
+        yield from part

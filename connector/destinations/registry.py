@@ -1,0 +1,236 @@
+"""Every kind of destination, and the one place a setting becomes a kind.
+
+A job file's ``[[destination]]`` keys, `export --format/--out`, `load --to`, the runner, the
+Dagster assets and the docs all read `KINDS`: a kind's name, the key or flag that selects it,
+the URL schemes it claims, what it can do (`Capabilities`) and the extra it needs. Modules
+are imported only when a destination of their kind is opened, so a job file is checked
+without importing SQLAlchemy, DuckDB or deltalake.
+
+Locations are checked here too, the same way wherever they come from: a folder kind takes a
+local path (made absolute against the job file's folder, or the working directory for a
+command) or an object storage URL; ``url`` takes ``duckdb:///path`` (relative the same way)
+or any SQLAlchemy URL (a relative ``sqlite:///`` path likewise).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from connector.destinations.base import Capabilities
+from connector.errors import ConfigError
+from connector.modes import WriteMode
+
+if TYPE_CHECKING:
+    from connector.destinations.base import Destination
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "KINDS",
+    "DestinationConfig",
+    "Kind",
+    "export_formats",
+    "job_keys",
+    "kind",
+    "make_config",
+    "open_destination",
+]
+
+#: Seconds one request to a destination may take (connect, read, a storage request):
+#: past it the destination counts as not answering and the table fails, naming it.
+DEFAULT_TIMEOUT = 60.0
+
+_ALL_MODES: frozenset[WriteMode] = frozenset({"replace", "append", "merge"})
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of destination."""
+
+    name: str
+    #: What it is, as the docs and ``--help`` say it.
+    title: str
+    #: ``module:function`` that opens one: ``(DestinationConfig) -> Destination``.
+    opener: str
+    #: The ``[[destination]]`` key that selects it (``url`` kinds are told apart by scheme).
+    job_key: str | None
+    #: Its name for ``export --format`` (None: not an export format).
+    export_format: str | None
+    #: ``folder``: a local directory or object storage URL; ``database``: a URL.
+    location: Literal["folder", "database"]
+    capabilities: Capabilities
+    #: The pip extra it needs beyond the core install (None: none).
+    extra: str | None = None
+    #: URL schemes it claims among ``url`` destinations (the rest go to SQLAlchemy).
+    schemes: tuple[str, ...] = ()
+
+
+KINDS: tuple[Kind, ...] = (
+    Kind("parquet", "Parquet files, one per table", "connector.destinations.files:open_parquet",
+         "parquet", "parquet", "folder", Capabilities(parallel_writes=True)),
+    Kind("csv", "CSV files, one per table (replaced whole)",
+         "connector.destinations.files:open_csv", None, "csv", "folder",
+         Capabilities(parallel_writes=True, modes=frozenset({"replace"}), marks=False)),
+    Kind("delta", "Delta Lake tables, one per table", "connector.destinations.delta:open_delta",
+         "delta", "delta", "folder", Capabilities(parallel_writes=True), extra="delta"),
+    Kind("iceberg", "Apache Iceberg tables in a catalog", "connector.destinations.iceberg:open_iceberg",
+         "iceberg", "iceberg", "folder", Capabilities(parallel_writes=False), extra="iceberg"),
+    Kind("duckdb", "a DuckDB database file", "connector.destinations.duckdb:open_duckdb",
+         "url", None, "database", Capabilities(parallel_writes=False), extra="duckdb",
+         schemes=("duckdb",)),
+    Kind("sql", "a SQL database through SQLAlchemy (SQLite, PostgreSQL)",
+         "connector.destinations.sql:open_sql", "url", None, "database",
+         Capabilities(parallel_writes=False)),
+)
+_BY_NAME: Mapping[str, Kind] = {k.name: k for k in KINDS}
+
+
+def kind(name: str) -> Kind:
+    return _BY_NAME[name]
+
+
+def export_formats() -> tuple[str, ...]:
+    """``export --format`` choices, in the registry's order."""
+    return tuple(k.export_format for k in KINDS if k.export_format)
+
+
+def job_keys() -> tuple[str, ...]:
+    """The ``[[destination]]`` keys that select a kind, each once."""
+    return tuple(dict.fromkeys(k.job_key for k in KINDS if k.job_key))
+
+
+@dataclass(frozen=True)
+class DestinationConfig:
+    """One destination as a job file or a command's flags describe it, checked."""
+
+    kind: str
+    #: An absolute directory or an object storage URL (folder kinds), a SQLAlchemy URL,
+    #: or ``duckdb:///<absolute path>``.
+    target: str
+    mode: WriteMode
+    #: Where it was set, for messages: ``destination[0]``, ``--out``, ``--to``.
+    where: str
+    #: CSV: neutralise text a spreadsheet would run as a formula (``--excel-safe``).
+    excel_safe: bool = False
+    #: Iceberg: the catalog's URI (None: a SQLite catalog inside the folder).
+    catalog: str | None = None
+    #: Seconds one request to the destination may take (see `DEFAULT_TIMEOUT`).
+    timeout: float = DEFAULT_TIMEOUT
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return kind(self.kind).capabilities
+
+    def describe(self) -> str:
+        """The destination as summaries show it (a database URL without its password)."""
+        if kind(self.kind).location == "folder":
+            return f"{self.kind}:{self.target}"
+        return _redact_url(self.target)
+
+
+def make_config(
+    kind_name: str,
+    value: str,
+    *,
+    mode: WriteMode,
+    where: str,
+    base: Path,
+    excel_safe: bool = False,
+    catalog: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    secrets_allowed: bool = True,
+) -> DestinationConfig:
+    """A destination of `kind_name` (``url`` picks duckdb or sql by scheme) at `value`,
+    checked: a relative path is made absolute against `base`; `mode` must be one the kind
+    takes. With `secrets_allowed` off (a job file), a URL holding a password is refused.
+    A bad value is a ConfigError naming `where`."""
+    if kind_name == "url":
+        kind_name = "duckdb" if value.partition(":")[0].lower() in kind("duckdb").schemes else "sql"
+    chosen = kind(kind_name)
+    if mode not in chosen.capabilities.modes:
+        modes = ", ".join(sorted(chosen.capabilities.modes))
+        raise ConfigError(f"{where}: {chosen.title} take mode {modes}, not {mode!r}")
+    if chosen.location == "folder":
+        target = _folder(value, where, base)
+    elif chosen.name == "duckdb":
+        target = _duckdb_url(value, where, base)
+    else:
+        target = _sql_url(value, where, base, secrets_allowed)
+    return DestinationConfig(
+        chosen.name, target, mode, where, excel_safe=excel_safe, catalog=catalog, timeout=timeout
+    )
+
+
+def open_destination(config: DestinationConfig) -> Destination:
+    """The destination `config` describes, its module imported now (`MissingExtra` naming
+    the extra when it is not installed)."""
+    module, _, function = kind(config.kind).opener.partition(":")
+    opener = getattr(importlib.import_module(module), function)
+    destination: Destination = opener(config)
+    return destination
+
+
+def _folder(value: str, where: str, base: Path) -> str:
+    """An object storage URL as it is (checked), else a local path made absolute."""
+    from connector.destinations.storage import check_location, is_remote
+
+    checked = check_location(value, where)
+    if is_remote(checked):
+        return checked
+    return str((base / Path(value).expanduser()).resolve())
+
+
+DUCKDB_SCHEME = "duckdb:///"
+_DUCKDB_EXAMPLE = "like duckdb:///analytics.duckdb (relative) or duckdb:////srv/analytics.duckdb"
+
+
+def _duckdb_url(url: str, where: str, base: Path) -> str:
+    """``duckdb:///<path>`` with the path made absolute against `base`."""
+    if not url.startswith(DUCKDB_SCHEME):
+        raise ConfigError(f"{where}: {url!r} is not a DuckDB URL; write it {_DUCKDB_EXAMPLE}")
+    path = url.removeprefix(DUCKDB_SCHEME)
+    if not path or path == ":memory:" or "?" in path or path.endswith("/"):
+        raise ConfigError(f"{where}: {url!r} names no database file; write it {_DUCKDB_EXAMPLE}")
+    return DUCKDB_SCHEME + str((base / Path(path).expanduser()).resolve())
+
+
+def _sql_url(url: str, where: str, base: Path, secrets_allowed: bool) -> str:
+    """A SQLAlchemy URL whose database kind SQLAlchemy knows; a relative SQLite path made
+    absolute against `base`."""
+    import sqlalchemy as sa
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = sa.engine.make_url(url)
+    except ArgumentError:
+        raise ConfigError(
+            f"{where}: not a database URL (write it like sqlite:///out.db, "
+            "postgresql://user@host/db or duckdb:///analytics.duckdb)"
+        ) from None
+    try:
+        parsed.get_dialect()  # the database kind is known (its driver loads at connect)
+    except (ArgumentError, ImportError):
+        raise ConfigError(
+            f"{where}: names no database SQLAlchemy knows ({parsed.drivername!r}); like "
+            "sqlite:///out.db, postgresql://user@host/db or duckdb:///analytics.duckdb"
+        ) from None
+    if parsed.password and not secrets_allowed:
+        raise ConfigError(
+            f"{where}: holds a password: leave it out and let the driver read it from the "
+            "environment (PGPASSWORD, ~/.pgpass) — job files hold no secrets"
+        )
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        parsed = parsed.set(database=str((base / Path(parsed.database).expanduser()).resolve()))
+    return parsed.render_as_string(hide_password=False)
+
+
+def _redact_url(url: str) -> str:
+    import sqlalchemy as sa
+
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:  # not a URL at all: nothing to hide, nothing to render
+        return "an unparsable database URL"

@@ -1,0 +1,90 @@
+"""How every command that runs something ends: one summary, one exit code, whatever happens.
+
+`drive` runs a command's body under `stop_signals` and turns each way it can end into a
+`RunSummary` printed once (``--json``: the JSON summary on stdout; text: the command's own
+lines) and an exit code (`connector.errors.ExitCode`):
+
+- the body's summary (ok, partial, failed);
+- a `ConnectorError` before the body could report (a bad flag or job file, a refused key,
+  the lock held): a failed summary with the error's own exit code, and the error line;
+- Ctrl-C or SIGTERM before the body could report: an interrupted summary (130 / 143).
+
+The text of errors is one line on stderr (``error: ...``), never a traceback unless
+``--debug``. A table thread that did not stop in time does not hold the process open
+(`connector.jobs.process.exit_now`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+import click
+
+from connector.errors import ConnectorError
+from connector.results import RunSummary
+
+__all__ = ["drive", "print_json"]
+
+
+def drive(
+    ctx: click.Context,
+    command: str,
+    body: Callable[[], RunSummary],
+    *,
+    as_json: bool,
+    text: Callable[[RunSummary], None],
+    destinations: Sequence[str] = (),
+    dry_run: bool = False,
+    indent: int | None = 2,
+    on_failure: Callable[[RunSummary], None] | None = None,
+) -> NoReturn:
+    """Run `body` and end the command as the module docstring says. `text` prints a summary
+    for people, its error included; `on_failure` hears of a summary made from an error or a stop (sync's
+    ``finish`` event)."""
+    from connector.jobs.process import exit_now, stop_signals, use_system_allocator
+    from connector.jobs.run import failed_summary, interrupted_summary
+    from connector.jobs.stamps import now
+
+    started, began = now(), time.monotonic()
+    made: RunSummary | None = None
+    with stop_signals():
+        try:
+            use_system_allocator()
+            summary = body()
+        except ConnectorError as exc:  # before the run could report: a flag, a file, the lock
+            made = failed_summary(
+                command, exc, started_at=started, seconds=round(time.monotonic() - began, 3),
+                dry_run=dry_run, destinations=list(destinations),
+            )
+            if on_failure is not None:
+                on_failure(made)
+            if as_json:
+                print_json(made, indent)
+            raise
+        except KeyboardInterrupt as exc:  # before the run began (a lock wait): nothing done
+            summary = made = interrupted_summary(
+                command, exc, started_at=started, seconds=round(time.monotonic() - began, 3),
+                dry_run=dry_run, destinations=list(destinations),
+            )
+            if on_failure is not None:
+                on_failure(made)
+    if as_json:
+        print_json(summary, indent)
+        if summary.status == "interrupted":
+            click.echo(summary.error, err=True)
+        elif summary.error:  # the person reading the log gets the line text output shows
+            click.secho(f"error: {summary.error}", fg="red", err=True)
+    else:
+        text(summary)  # its error, if any, in the command's own words
+        if summary.status == "interrupted":
+            click.echo(summary.error, err=True)
+    exit_now(summary.exit_code)
+    ctx.exit(summary.exit_code)
+    raise AssertionError("unreachable")  # ctx.exit raises
+
+
+def print_json(summary: RunSummary, indent: int | None = 2) -> None:
+    click.echo(json.dumps(summary.to_dict(), indent=indent, default=str))

@@ -1,0 +1,118 @@
+"""Which tables a run copies: resolved by the one resolver, their filters checked against
+their columns, every schema fetched at once, before anything is written.
+
+An unknown table name or a filter naming a missing column is a ConfigError that leaves every
+destination (and every pushed table) as it was. A table id the listing lacks (a scoped key
+lists only what it may read) is fetched: a 403 skips it, a 404 is a TableNotFound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from connector.api import AsyncClient, Client
+from connector.api.models import TableSummary
+from connector.destinations.naming import target_names
+from connector.errors import AuthError, ConfigError, ConnectorError, NotFound, PermissionDenied
+from connector.jobs.config import Job, key_path
+from connector.results import Status, TableResult
+from connector.schema import Table
+
+__all__ = ["Chosen", "Filter", "choose"]
+
+#: A table's filter as the API's filter object spells it: ``{column: {op: value}}``.
+Filter = dict[str, dict[str, Any]]
+
+
+@dataclass
+class Chosen:
+    """What a run will copy: tables with their filters, their names in every destination,
+    the rows the listing gave each (a full read's progress bar), and the tables already
+    decided (skipped: the key may not read them; failed: deleted since listed)."""
+
+    tables: list[tuple[Table, Filter]] = field(default_factory=list)
+    names: dict[str, str] = field(default_factory=dict)
+    listed_rows: dict[str, int] = field(default_factory=dict)
+    decided: list[TableResult] = field(default_factory=list)
+
+
+def choose(client: Client, job: Job, note: Callable[[str, str], None]) -> Chosen:
+    """The tables of `job`'s selection; `note(table, text)` for a selection naming nothing."""
+    from connector.tables import resolve_table, table_not_found
+
+    selection = job.tables
+    summaries = client.list_tables()
+    where = "" if job.one_shot else f"{job.path}: "
+
+    def resolve(value: str, key: str) -> str:
+        try:
+            return resolve_table(summaries, value)
+        except ConfigError as exc:
+            raise exc.where(f"{where}{key}") from None
+
+    if selection.include is None:
+        wanted = [s.id for s in summaries]
+    else:
+        include_key = "--table: " if job.one_shot else "tables.include: "
+        wanted = list(dict.fromkeys(resolve(v, include_key) for v in selection.include))
+    excluded = set()
+    for value in selection.exclude:
+        try:
+            excluded.add(resolve_table(summaries, value))
+        except ConfigError:
+            note(value, "tables.exclude names no table; ignored")
+    filters = {
+        resolve(name, f"tables.filter.{name}: "): conditions
+        for name, conditions in selection.filters
+    }
+    listed = {s.id for s in summaries}
+    chosen = Chosen(names=target_names(summaries), listed_rows={s.id: s.rows for s in summaries})
+    ids = [t for t in wanted if t not in excluded]
+    for table_id, answer in zip(ids, client.run(_schemas(client.aio, ids)), strict=True):
+        try:
+            if isinstance(answer, ConnectorError):
+                raise answer
+            table = answer
+        except NotFound:
+            if table_id in listed:  # deleted since it was listed
+                chosen.decided.append(TableResult(table_id, table_id, "failed", error="table deleted"))
+                continue
+            raise table_not_found(summaries, table_id) from None
+        except AuthError:
+            raise
+        except ConnectorError as exc:
+            status: Status = "skipped" if isinstance(exc, PermissionDenied) else "failed"
+            name = next((s.name for s in summaries if s.id == table_id), table_id)
+            chosen.decided.append(TableResult(name, table_id, status, error=str(exc)))
+            continue
+        if table.id not in chosen.names:  # unlisted: an id asked for by a scoped key
+            unlisted = TableSummary(table.id, table.name, len(table.columns), 0, "")
+            chosen.names.update(target_names([unlisted, *summaries]))
+        chosen.tables.append((table, _filter(job, table, filters.get(table.id, ()))))
+    return chosen
+
+
+def _filter(job: Job, table: Table, conditions: Iterable[Any]) -> Filter:
+    conditions = tuple(conditions)
+    for c in conditions:
+        if c.column not in table.column_names:
+            raise ConfigError(
+                f"{job.path}: {key_path('tables', 'filter', table.name, c.column)}: table "
+                f"{table.name!r} has no column {c.column!r}; columns: {table.column_names}"
+            )
+    return {c.column: {c.op: c.value} for c in conditions}
+
+
+async def _schemas(client: AsyncClient, ids: Sequence[str]) -> list[Table | ConnectorError]:
+    """Every table's schema, fetched at once (each answer, or the error it met)."""
+
+    async def one(table_id: str) -> Table | ConnectorError:
+        try:
+            return await client.get_table(table_id)
+        except ConnectorError as exc:
+            return exc
+
+    return list(await asyncio.gather(*(one(i) for i in ids)))

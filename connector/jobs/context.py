@@ -1,0 +1,111 @@
+"""What the tables of one run share: the job, the client, the destinations, the state, the
+results so far, and the locks that let tables run on threads.
+
+A destination that takes one writer at a time (SQLite, DuckDB: `Capabilities`) is held by one
+table at a time while the others read (`writing`); the state file and the results are
+written under one lock, each table's state only after every destination committed it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, replace
+from typing import Any, Protocol
+
+from connector.api import Client
+from connector.destinations import Destination
+from connector.jobs.config import Job
+from connector.jobs.state import JobState, TableState, save_state
+from connector.progress import Progress
+from connector.results import TableResult
+
+__all__ = ["Reporter", "RunContext"]
+
+
+class Reporter(Protocol):
+    """Receives progress events: an event name and its fields (the CLI prints them)."""
+
+    def __call__(self, event: str, **fields: Any) -> None: ...
+
+
+class RunContext:
+    """The table half of a run; `state` is advanced table by table, after each commit."""
+
+    def __init__(
+        self,
+        job: Job,
+        client: Client,
+        state: JobState,
+        destinations: Sequence[Destination],
+        *,
+        dry_run: bool,
+        verify: bool,
+        emit: Reporter,
+        show_progress: bool | None,
+        names: dict[str, str],
+        listed_rows: dict[str, int],
+    ) -> None:
+        self.job = job
+        self.client = client
+        self.state = state
+        self.destinations = list(destinations)
+        self.dry_run = dry_run
+        self.verify = verify
+        self.emit = emit
+        self.show_progress = show_progress
+        self.names = names
+        self.listed_rows = listed_rows
+        #: Every result so far: a run stopped by a bad key still reports them.
+        self.results: list[TableResult] = []
+        #: Set while tables run in parallel: one bar for all of them.
+        self.parallel = False
+        self.bar: Progress | None = None
+        #: Set when a table hit an error that ends the run (or a stop): no table starts.
+        self.halt = threading.Event()
+        self._held = {id(d): threading.Lock() for d in self.destinations}
+        self._lock = threading.Lock()  # results, state and events, shared by the threads
+        #: State changes not yet written (an unchanged table's settled window), saved with
+        #: the next write of the state file.
+        self._unsaved = False
+
+    def record(self, result: TableResult) -> TableResult:
+        with self._lock:
+            self.results.append(result)
+            fields = asdict(result)
+            self.emit("table", **fields)
+        return result
+
+    def note(self, table: str, note: str) -> None:
+        with self._lock:
+            self.emit("note", table=table, note=note)
+
+    def save(self, table: TableState, *, now: bool = True) -> None:
+        """Record a table's new state and write the state file (after its commit); with
+        `now` off, only in memory until the next write (the run's end writes it)."""
+        with self._lock:
+            self.state = self.state.with_table(table)
+            if now:
+                save_state(self.job.state_path, self.state)
+            self._unsaved = not now
+
+    @contextmanager
+    def writing(self, destinations: Sequence[Destination]) -> Iterator[None]:
+        """Holds the one-writer destinations among `destinations` for one table's reads of
+        them and writes, while tables run in parallel."""
+        if not self.parallel:
+            yield
+            return
+        held = [self._held[id(d)] for d in destinations if not d.capabilities.parallel_writes]
+        with ExitStack() as stack:
+            for lock in held:  # always in the destinations' order: no two tables wait on each other
+                stack.enter_context(lock)
+            yield
+
+    def streams_into(self, destination: Destination) -> bool:
+        """Whether a table may stream straight into `destination` (else it spools, then writes)."""
+        return not self.parallel or destination.capabilities.parallel_writes
+
+    def elapsed(self, result: TableResult, seconds: float) -> TableResult:
+        return replace(result, seconds=round(seconds, 3))

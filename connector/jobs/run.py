@@ -1,0 +1,343 @@
+"""Run a job: push its sources, then copy its tables into its destinations.
+
+The one pipeline. `connector sync` runs a job file (scheduled: a state file with a cursor per
+table, a lock); `connector export` and `connector load` run a one-shot job built from their
+flags (`connector.jobs.config.one_shot_job`: every table read in full, no state, no lock).
+All share the table resolver (`connector.jobs.choose`), the destinations
+(`connector.destinations`), the result model and its one status rule (`connector.results`),
+`ExitCode` and the JSON summary.
+
+A table at a time on each worker thread (`connector.jobs.schedule`), each as
+`connector.jobs.table` describes: a failure leaves that table's destinations and state as
+they were and the run goes on with the next table; a bad key (401) stops the run.
+
+Requests of a quiet incremental run (nothing changed upstream), ``deletes`` delete or mark
+(tests/jobs/test_sync.py counts them):
+
+    GET /tables                                                        once
+    GET /tables/{id}                                                   each table's schema,
+                                                                       all before any read
+    per table:
+      GET /tables/{id}/rows?limit=1&sort=updated_at&order=desc&filter={updated_at>L}   S
+      GET /tables/{id}/rows?limit=1[&filter=<job filter>]              the count N
+      GET /tables/{id}/rows?limit=1000&sort=created_at&order=asc
+          &filter={updated_at>S}                                       the re-read R (empty)
+
+that is 1 + 4 per table (1 + 2 with ``deletes = "keep"``); nothing is written. L is the
+cursor, or within the lookback window before it while that is not settled
+(`connector.jobs.reads`): then the rows it holds are read too (and compared, not written).
+
+``--verify`` reads every row (and S before), compares a hash of each row's cells with each
+merging destination's rows, and writes only what differs: rows missing or different are
+rewritten, rows the server does not have are deleted (or marked). The counts per table are
+in the result (`TableResult.verified`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack, nullcontext
+from dataclasses import asdict, replace
+from functools import partial
+from typing import Any
+
+import httpx
+
+from connector.api import Client
+from connector.api.retry import RetryEvent
+from connector.destinations import Destination, open_destination
+from connector.errors import ConfigError, ConnectorError
+from connector.jobs.choose import choose
+from connector.jobs.config import Job, PushSpec
+from connector.jobs.context import Reporter, RunContext
+from connector.jobs.process import (
+    interrupt_code,
+    interrupt_message,
+    raise_if_stopped,
+    stop_signals,
+)
+from connector.jobs.schedule import run_tables
+from connector.jobs.stamps import now
+from connector.jobs.state import JobState, RunRecord, load_state, save_state
+from connector.results import PushResult, RunSummary, TableResult, outcome
+
+__all__ = ["failed_summary", "interrupted_summary", "run_job"]
+
+
+def run_job(
+    job: Job,
+    *,
+    dry_run: bool = False,
+    wait: float = 0.0,
+    report: Reporter | None = None,
+    environ: Mapping[str, str] | None = None,
+    transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
+    verify: bool = False,
+    show_progress: bool | None = False,
+) -> RunSummary:
+    """Run `job` once. Raises ConfigError / JobLocked before doing anything; API and
+    destination failures are reported in the summary (status failed or partial).
+
+    `verify` compares every row with the server and repairs (see the module docstring); a
+    job's ``verify_every`` turns it on every Nth run. `show_progress`: bars on stderr (None:
+    when it is a terminal).
+    """
+    emit: Reporter = report or _quiet
+    base_url, key = job.source.resolve(environ, one_shot=job.one_shot, job_file=job.path)
+    # Retry waits go to the reporter as `retry` events; without one, to the client's default
+    # (the connector.api.retry log, which the CLI prints as lines).
+    on_retry = None if report is None else (lambda event: emit("retry", **event.as_dict()))
+    with stop_signals():
+        return _Runner(job, base_url, key, dry_run, emit, transport, verify, show_progress,
+                       on_retry).run(wait)
+
+
+class _Runner:
+    """One run of a job: the lock, the state, the destinations, the client, the summary."""
+
+    def __init__(
+        self,
+        job: Job,
+        base_url: str,
+        key: str,
+        dry_run: bool,
+        emit: Reporter,
+        transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None,
+        verify: bool,
+        show_progress: bool | None,
+        on_retry: Callable[[RetryEvent], None] | None,
+    ) -> None:
+        self.job, self.base_url, self.key = job, base_url, key
+        self.dry_run, self.emit, self.transport = dry_run, emit, transport
+        self.verify, self.show_progress, self.on_retry = verify, show_progress, on_retry
+        self.started, self.began = now(), time.monotonic()
+        self.tables: list[TableResult] = []
+        self.pushes: list[PushResult] = []
+        self.context: RunContext | None = None
+        self.client: Client | None = None
+        self.pushing: PushSpec | None = None  # the push in flight
+
+    def run(self, wait: float) -> RunSummary:
+        job = self.job
+        stateful = not job.one_shot and not self.dry_run
+        if stateful:
+            from connector.jobs.lock import job_lock
+
+            lock: Any = job_lock(job.lock_path, wait=wait, job=job.name)
+        else:
+            lock = nullcontext()
+        error: str | None = None
+        try:
+            with lock:
+                state = JobState() if job.one_shot else _owned_state(job)
+                if job.verify_every and state.runs_since_verify + 1 >= job.verify_every:
+                    self.verify = True
+                self.emit("start", job=job.name, dry_run=self.dry_run)
+                try:
+                    state = self._everything(state)
+                except ConfigError:
+                    raise
+                except ConnectorError as exc:  # a bad key, an unreachable server or database
+                    error = str(exc)
+                    self.tables = list(self.context.results) if self.context else []
+                    self.emit("error", error=error)
+                summary = self._summary(error)
+                if stateful:
+                    record = RunRecord(
+                        started_at=summary.started_at,
+                        finished_at=summary.finished_at,
+                        status=summary.status,
+                        rows_written=sum(t.rows_written for t in self.tables),
+                        rows_deleted=sum(t.rows_deleted for t in self.tables),
+                    )
+                    if self.context is not None:
+                        state = self.context.state
+                    state = replace(state.with_run(record, verified=summary.verified),
+                                    job_file=str(job.path))
+                    save_state(job.state_path, state)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (`Terminated`) under stop_signals
+            # Unwound like a crash-safe stop: the tables in flight rolled back, the client and
+            # the destinations closed, the lock released; the state holds every table finished
+            # before (saved as each finished) and no record of this run.
+            self.tables = list(self.context.results) if self.context else self.tables
+            if self.pushing is not None:  # stopped mid-apply: some of its rows may be written
+                self.pushes.append(PushResult(
+                    str(self.pushing.file), self.pushing.table, "failed",
+                    error="interrupted: rows in flight may have been written; run again to finish",
+                ))
+                self.emit("push", **asdict(self.pushes[-1]))
+            summary = replace(
+                self._summary(None),
+                status="interrupted",
+                exit_code=interrupt_code(exc),
+                error=interrupt_message(exc),
+            )
+        self.emit(
+            "finish",
+            **{k: v for k, v in summary.to_dict().items() if k not in ("tables", "pushes")},
+        )
+        return summary
+
+    def _everything(self, state: JobState) -> JobState:
+        """Open the destinations (an unreachable one fails before any read), then push,
+        then copy the tables; returns the state after them."""
+        job = self.job
+        with ExitStack() as stack:
+            destinations: list[Destination] = []
+            for config in job.destinations:
+                destination: Destination = _located(job, config.where, partial(open_destination, config))
+                stack.callback(destination.close)
+                destinations.append(destination)
+            if not self.dry_run:
+                for destination in destinations:
+                    _located(job, destination.config.where, destination.check)
+            self.client = client = stack.enter_context(Client(
+                self.base_url, self.key, transport=self.transport, max_wait=job.source.max_wait,
+                on_retry=self.on_retry, max_concurrency=job.source.max_concurrency,
+                url_source=job.source.url_source(one_shot=job.one_shot, job_file=job.path),
+                key_source=job.source.key_source(one_shot=job.one_shot, job_file=job.path),
+            ))
+            chosen = None
+            if destinations:  # a bad filter stops the pushes too
+                chosen = choose(client, job, lambda t, n: self.emit("note", table=t, note=n))
+            for spec in job.pushes:
+                raise_if_stopped()
+                self.pushing = spec
+                self.pushes.append(_push(client, job, spec, self.dry_run, self.emit))
+                self.pushing = None
+            if chosen is not None:
+                self.context = RunContext(
+                    job, client, state, destinations, dry_run=self.dry_run, verify=self.verify,
+                    emit=self.emit, show_progress=self.show_progress, names=chosen.names,
+                    listed_rows=chosen.listed_rows,
+                )
+                self.tables = run_tables(self.context, chosen)
+                state = self.context.state
+            raise_if_stopped()
+        return state
+
+    def _summary(self, error: str | None) -> RunSummary:
+        job = self.job
+        status, code = outcome([*self.tables, *self.pushes], error)
+        limit = self.client.concurrency if self.client is not None else None
+        return RunSummary(
+            job=job.name,
+            status=status,
+            exit_code=code,
+            dry_run=self.dry_run,
+            started_at=self.started,
+            finished_at=now(),
+            state_file=None if job.one_shot else str(job.state_path),
+            destinations=[d.describe() for d in job.destinations],
+            tables=self.tables,
+            pushes=self.pushes,
+            error=error,
+            seconds=round(time.monotonic() - self.began, 3),
+            verified=self.verify and not self.dry_run,
+            concurrency=limit.peak if limit else 0,
+            max_concurrency=limit.maximum if limit else 0,
+        )
+
+
+def _owned_state(job: Job) -> JobState:
+    """The job's state; a state file another job file of the same name keeps is refused."""
+    from pathlib import Path
+
+    state = load_state(job.state_path)
+    other = state.job_file
+    if other is not None and Path(other) != job.path and Path(other).is_file():
+        raise ConfigError(
+            f"{job.path}: name: job files {other} and {job.path} are both named "
+            f"{job.name!r} and would share the state file {job.state_path}; give one of "
+            "them another name (or another sync.state_dir)"
+        )
+    return state
+
+
+def _located(job: Job, where: str, call: Callable[[], Any]) -> Any:
+    """`call()`; a configuration error names the job file and the destination."""
+    try:
+        return call()
+    except ConfigError as exc:
+        if job.one_shot:
+            raise
+        raise exc.where(f"{job.path}: {where}: ") from None
+
+
+def interrupted_summary(
+    job: str, exc: BaseException, *, started_at: str, seconds: float = 0.0,
+    dry_run: bool = False, destinations: list[str] | None = None,
+) -> RunSummary:
+    """The summary of a run stopped by `exc` (Ctrl-C or `Terminated`) before `run_job`
+    could report it (for a command stopped while it parsed or waited)."""
+    return RunSummary(
+        job=job, status="interrupted", exit_code=interrupt_code(exc), dry_run=dry_run,
+        started_at=started_at, finished_at=now(), state_file=None,
+        destinations=destinations or [], error=interrupt_message(exc), seconds=seconds,
+    )
+
+
+def failed_summary(
+    job: str, exc: ConnectorError, *, started_at: str, seconds: float = 0.0,
+    dry_run: bool = False, destinations: list[str] | None = None,
+) -> RunSummary:
+    """The summary of a command that failed before it ran (a bad job file, a flag, the lock)."""
+    return RunSummary(
+        job=job, status="failed", exit_code=int(exc.exit_code), dry_run=dry_run,
+        started_at=started_at, finished_at=now(), state_file=None,
+        destinations=destinations or [], error=str(exc), seconds=seconds,
+    )
+
+
+def _push(client: Client, job: Job, spec: PushSpec, dry_run: bool, emit: Reporter) -> PushResult:
+    from connector.push import push, written_before  # pandas-heavy: only jobs that push pay
+    from connector.push.report import describe_plan
+
+    try:
+        result = push(
+            client,
+            spec.file,
+            table=spec.table,
+            key=list(spec.key),
+            mode=spec.mode,
+            sheet=spec.sheet,
+            dry_run=dry_run,
+            progress=False,
+            date_format=spec.date_format,
+        )
+    except ConfigError as exc:  # the table or key does not fit: name the job's key at fault
+        raise exc.where(f"{job.path}: {spec.where}: ") from None
+    except ConnectorError as exc:  # invalid spreadsheet (nothing written), API failure
+        done = written_before(exc)  # what an apply stopped part-way had written
+        out = PushResult(
+            str(spec.file),
+            spec.table,
+            "failed",
+            created=done.created if done else 0,
+            updated=done.updated if done else 0,
+            deleted=done.deleted if done else 0,
+            error=str(exc),
+            rejected=len(done.rejected) if done else 0,
+        )
+    else:
+        counts = result.plan.counts if dry_run else result.applied
+        rejected = len(result.rejected)
+        out = PushResult(
+            str(spec.file),
+            spec.table,
+            "failed" if rejected else "planned" if dry_run else "ok",
+            created=counts.created,
+            updated=counts.updated,
+            deleted=counts.deleted,
+            unchanged=counts.unchanged,
+            error=f"the server rejected {rejected} rows" if rejected else None,
+            plan=describe_plan(result.plan) if dry_run else None,
+            rejected=rejected,
+        )
+    emit("push", **asdict(out))
+    return out
+
+
+def _quiet(event: str, **fields: Any) -> None:
+    pass

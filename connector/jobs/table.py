@@ -1,0 +1,406 @@
+"""One table of a run: read it (everything, or what changed), work out which rows were
+deleted upstream, apply the change to every destination, and only then advance the table's
+state. A failure leaves every destination's table and the table's state as they were.
+
+The plan, in order:
+
+1. Columns. The table's columns are compared with what the last run saw (the state keeps
+   them) or, without that, with what the destinations hold (`connector.destinations.evolve`).
+   A change under ``schema = "freeze"`` stops the table (status ``frozen``), naming it. Under
+   ``evolve`` every destination's table is evolved in the commit that writes the rows, and
+   the rows are read in full: no row's ``updated_at`` moves when a column changes, so only a
+   full read brings every row's value of an added, renamed or retyped column.
+2. Read: in full, or incrementally with its lookback window (`connector.jobs.reads`).
+   With one destination and nothing to merge (an export, a load, a replacing sync) the read
+   streams straight into the destination; otherwise it goes to a local spool first.
+3. Deletions (`connector.jobs.deletions`): for merging destinations only.
+4. Write: one `TableChange` per destination, each one commit; rows the lookback window read
+   again unchanged are left out of it.
+5. State: cursor, settled window, columns, fingerprint; saved once every destination committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from connector.arrays import concat_ids, no_ids, string_array
+from connector.destinations import Committed, TableChange, Target
+from connector.destinations.base import fits
+from connector.destinations.evolve import SchemaOp, columns_of, describe, diff
+from connector.errors import ApiValidationError, BadRequest
+from connector.ids import IdSet
+from connector.jobs.choose import Filter
+from connector.jobs.context import RunContext
+from connector.jobs.deletions import deleted_ids
+from connector.jobs.process import raise_if_stopped
+from connector.jobs.reads import TableReads, counted, lower_bound
+from connector.jobs.spool import Spool
+from connector.jobs.stamps import EPOCH, newer, now, parse
+from connector.jobs.state import TableState
+from connector.jobs.verify import Digest, batch_digest
+from connector.progress import progress
+from connector.results import TableResult, Verified
+from connector.schema import Column, Table
+
+__all__ = ["TableSync", "fingerprint"]
+
+
+class TableSync:
+    """One table of a run: its reads, its deletions, its writes, then its state."""
+
+    def __init__(self, context: RunContext, table: Table, filter: Filter, tmp: Path) -> None:
+        self.context = context
+        self.job = context.job
+        self.table = table
+        self.filter = filter
+        self.tmp = tmp
+        self.destinations = context.destinations
+        self.target = Target(table, context.names.get(table.id, table.name))
+        self.reads = TableReads(
+            context.client, table, filter, self.job.source.page_size, self.job.lookback, self.note
+        )
+        self.fingerprint = fingerprint(table, filter)
+        self.targets = tuple(d.locate(self.target) for d in self.destinations)
+
+    def note(self, text: str) -> None:
+        self.context.note(self.table.name, text)
+
+    def result(self, **fields: Any) -> TableResult:
+        return TableResult(self.table.name, self.table.id, targets=self.targets, **fields)
+
+    # --- the plan -------------------------------------------------------------------------
+
+    def run(self) -> TableResult:
+        job, table = self.job, self.table
+        previous = None if job.one_shot else self.context.state.table(table.id)
+        with self.context.writing(self.destinations):
+            stored = [d.stored(self.target) for d in self.destinations]
+        ops = self._column_changes(previous, stored)
+        changes = tuple(map(str, ops))
+        if ops and job.schema == "freeze":
+            return self.result(
+                status="frozen",
+                schema_changes=changes,
+                error=f"columns changed under schema = \"freeze\": {describe(ops)}; the table "
+                "was left as it was (set [sync] schema = \"evolve\" or --schema evolve to take it)",
+            )
+        if ops:
+            self.note(f"columns changed: {describe(ops)}")
+        incremental = (
+            job.incremental
+            and previous is not None
+            and previous.cursor is not None
+            and previous.schema == self.fingerprint
+            and not ops
+            and "updated_at" not in table.column_names  # the filter would hit the user column
+            and all(s is not None and fits(s, self.target) for s in stored)
+        )
+        if self.context.dry_run:
+            return self._plan(previous if incremental else None, changes)
+        if self.context.verify and any(self._merges(job.incremental)):
+            return self._verify(ops, changes)
+        merges = self._merges(incremental)
+        if not incremental and len(self.destinations) == 1 and not any(merges) and (
+            self.context.streams_into(self.destinations[0])
+        ):
+            return self._stream(ops, changes)
+        spool = Spool(
+            self.tmp / f"{table.id}.arrow", self.target.schema, self.target.id_name,
+            self.target.updated_name,
+        )
+        try:
+            window: pa.Table | None = None
+            with self._bar(full=not incremental) as bar:
+                if incremental:
+                    assert previous is not None and previous.cursor is not None
+                    read = self.reads.changes(previous.cursor, previous.settled, spool, bar)
+                    cursor, since, present, settled = read.cursor, read.since, read.present, read.settled
+                else:
+                    newest, served_at = (
+                        self.reads.newest_or_none(self.filter) if job.incremental else (None, None)
+                    )
+                    spool.extend(counted(self.reads.rows(), bar))
+                    cursor, since, present = newest or spool.cursor or EPOCH, None, spool.ids()
+                    settled = self.reads.settled(served_at)
+            spool.close()
+            if incremental:
+                assert previous is not None and previous.cursor is not None
+                window = self._window(spool, previous.cursor)
+            with self.context.writing(self.destinations):
+                return self._write(
+                    spool, cursor, settled, previous, ops, changes, incremental=incremental,
+                    since=since, present=present, window=window,
+                )
+        finally:
+            spool.discard()
+
+    def _merges(self, incremental: bool) -> list[bool]:
+        return [incremental or d.config.mode == "merge" for d in self.destinations]
+
+    def _column_changes(
+        self, previous: TableState | None, stored: Sequence[Any]
+    ) -> tuple[SchemaOp, ...]:
+        """The table's column changes since the last run (the state's columns), or, without
+        those, since the destinations' tables were written (a replace rewrites them anyway)."""
+        if previous is not None and previous.columns is not None:
+            before = tuple(Column.from_api(c) for c in previous.columns)
+            return diff(before, self.table.columns)
+        held = [
+            s for s, d in zip(stored, self.destinations, strict=True)
+            if s is not None and d.config.mode != "replace"
+        ]
+        if not held:
+            return ()
+        system = self.table.system_names().values()
+        return diff(columns_of(held[0], system), self.table.columns)
+
+    def _bar(self, *, full: bool = True) -> Any:
+        """A progress bar for a read (its length: the listed row count, for a full read)."""
+        if self.context.show_progress is False or self.context.parallel:
+            return nullcontext(self.context.bar)
+        total = self.context.listed_rows.get(self.table.id) if full and not self.filter else None
+        return progress(self.table.name, total or None, enabled=self.context.show_progress)
+
+    # --- writes ---------------------------------------------------------------------------
+
+    def _stream(self, ops: tuple[SchemaOp, ...], changes: tuple[str, ...]) -> TableResult:
+        """One destination, nothing to merge: straight from the reader into it, no spool."""
+        (destination,) = self.destinations
+        newest, served_at = (
+            self.reads.newest_or_none(self.filter) if self.job.incremental else (None, None)
+        )
+        tap = _Tap(self.target.updated_name)
+        with self._bar() as bar:
+            rows = tap(counted(self.reads.rows(), bar))
+            mode = destination.config.mode
+            done = destination.apply(self.target, TableChange(mode, rows, evolve=ops))
+        self._save(newest or tap.cursor or EPOCH, self.reads.settled(served_at), done.written)
+        return self.result(
+            status="ok", read="full", rows_read=tap.rows, rows_written=done.written,
+            schema_changes=changes,
+        )
+
+    def _write(
+        self,
+        spool: Spool,
+        cursor: str,
+        settled: str | None,
+        previous: TableState | None,
+        ops: tuple[SchemaOp, ...],
+        changes: tuple[str, ...],
+        *,
+        incremental: bool,
+        since: str | None,
+        present: IdSet | None,
+        window: pa.Table | None,
+    ) -> TableResult:
+        """Apply what was read to every destination, then advance the table's state."""
+        job = self.job
+        merges = self._merges(incremental)
+        if job.deletes == "keep":
+            rows, gone = None, [no_ids() for _ in self.destinations]
+        else:
+            rows, gone = deleted_ids(
+                self.reads, self.target, self.destinations, merges, spool,
+                since=since, present=present,
+            )
+        same = [self._unchanged(window, d, previous) if merge else no_ids()
+                for d, merge in zip(self.destinations, merges, strict=True)]
+        read = spool.ids()
+        window_rows = 0 if window is None else window.num_rows
+        late = window_rows - max((len(s) for s in same), default=0) if window_rows else 0
+        to_write = [spool.rows - len(s) for s in same]
+        if incremental and not any(to_write) and not any(len(g) for g in gone):
+            self._save(cursor, settled, previous.rows if previous else 0, write=False)
+            return self.result(
+                status="unchanged", read="incremental", rows_read=spool.rows,
+                window_rows=window_rows,
+            )
+        raise_if_stopped()  # a stop swallowed during the read: write nothing
+        done: list[Committed] = []
+        for destination, g, s, merge in zip(self.destinations, gone, same, merges, strict=True):
+            mode = "merge" if merge else destination.config.mode
+            skip = concat_ids([g, s])
+            change = TableChange(
+                mode,
+                counted(spool.batches(exclude=skip), None),
+                deleted=g,
+                mark=merge and job.deletes == "mark",
+                evolve=ops,
+                ids=read.minus(IdSet.of([skip])),
+            )
+            done.append(destination.apply(self.target, change))
+        if rows is None:  # not counted on the way: count what the first merging one holds
+            merging = [d for d, m in zip(self.destinations, merges, strict=True) if m]
+            rows = sum(
+                b.num_rows for b in merging[0].scan(self.target, [self.target.id_name])
+            ) if merging else spool.rows
+        self._save(cursor, settled, rows)
+        return self.result(
+            status="ok",
+            read="incremental" if incremental else "full",
+            rows_read=spool.rows,
+            rows_written=max(d.written for d in done),
+            rows_deleted=max(d.deleted for d in done),
+            window_rows=window_rows,
+            late_rows=late,
+            schema_changes=changes,
+        )
+
+    def _window(self, spool: Spool, cursor: str) -> pa.Table | None:
+        """The rows an incremental read read again from its lookback window (stamped at or
+        before the last cursor): their ids and stamps (UTC microseconds)."""
+        id_name, updated = self.target.id_name, self.target.updated_name
+        limit = pa.scalar(parse(cursor), self.target.schema.field(updated).type)
+        parts = []
+        for batch in spool.batches(columns=[id_name, updated]):
+            mask = pc.fill_null(pc.less_equal(batch.column(1), limit), False)
+            kept = batch.filter(mask)
+            if kept.num_rows:
+                parts.append(pa.table({
+                    "id": kept.column(0), "stamp": kept.column(1).cast(pa.int64())
+                }))
+        return pa.concat_tables(parts) if parts else None
+
+    def _unchanged(
+        self, window: pa.Table | None, destination: Any, previous: TableState | None
+    ) -> pa.Array:
+        """The window's rows `destination` holds as they are (same id, same ``updated_at``):
+        read again, but neither rewritten nor counted."""
+        if window is None or previous is None or previous.cursor is None:
+            return no_ids()
+        since = lower_bound(previous.cursor, previous.settled, self.job.lookback)
+        held: dict[str, int] = {}
+        columns = [self.target.id_name, self.target.updated_name]
+        for batch in destination.scan(self.target, columns, updated_after=parse(since)):
+            if batch.num_columns < 2:
+                return no_ids()
+            stamps = batch.column(1).cast(pa.int64()).to_pylist()
+            held.update(zip(batch.column(0).to_pylist(), stamps, strict=True))
+        ids = window.column("id").to_pylist()
+        stamps = window.column("stamp").to_pylist()
+        return string_array([i for i, s in zip(ids, stamps, strict=True) if held.get(i) == s])
+
+    def _verify(self, ops: tuple[SchemaOp, ...], changes: tuple[str, ...]) -> TableResult:
+        """Read every row, compare each merging destination row by row, write the difference."""
+        job, target = self.job, self.target
+        newest, served_at = self.reads.newest_or_none(self.filter)
+        spool = Spool(
+            self.tmp / f"{self.table.id}.arrow", target.schema, target.id_name, target.updated_name
+        )
+        names = target.schema.names
+        try:
+            with self._bar() as bar:
+                spool.extend(counted(self.reads.rows(), bar))
+            spool.close()
+            upstream = Digest.of((batch_digest(b, names) for b in spool.batches()), spool.rows)
+            found = Verified()
+            written = deleted = 0
+            read = spool.ids()
+            raise_if_stopped()
+            with self.context.writing(self.destinations):
+                for destination, merge in zip(
+                    self.destinations, self._merges(job.incremental), strict=True
+                ):
+                    if not merge:  # replaced or appended, as a full run does
+                        mode = destination.config.mode
+                        done = destination.apply(
+                            target, TableChange(mode, spool.batches(), evolve=ops)
+                        )
+                        written = max(written, done.written)
+                        continue
+                    held = (batch_digest(b, names) for b in destination.scan(target, names))
+                    missing, different, extra = upstream.compare(held, spool)
+                    if job.deletes == "keep":
+                        extra = no_ids()
+                    found += Verified(len(missing), len(different), len(extra))
+                    rewrite = IdSet.of([missing, different])
+                    if len(rewrite) or len(extra) or ops:
+                        only = concat_ids([missing, different])
+                        done = destination.apply(target, TableChange(
+                            "merge", spool.batches(only=only), deleted=extra,
+                            mark=job.deletes == "mark", evolve=ops, ids=rewrite,
+                        ))
+                        written = max(written, done.written)
+                        deleted = max(deleted, done.deleted)
+            self._save(newest or spool.cursor or EPOCH, self.reads.settled(served_at), len(read))
+        finally:
+            spool.discard()
+        return self.result(
+            status="ok", read="verify", rows_read=spool.rows, rows_written=written,
+            rows_deleted=deleted, verified=found, schema_changes=changes,
+        )
+
+    def _save(self, cursor: str, settled: str | None, rows: int, *, write: bool = True) -> None:
+        if self.job.one_shot:
+            return
+        columns = tuple(
+            {"id": c.id, "name": c.name, "type": c.type, "required": c.required,
+             "options": list(c.options) if c.options is not None else None}
+            for c in self.table.columns
+        )
+        self.context.save(
+            TableState(
+                table_id=self.table.id,
+                name=self.table.name,
+                cursor=cursor if self.job.incremental else None,
+                rows=rows,
+                schema=self.fingerprint,
+                synced_at=now(),
+                settled=settled if self.job.incremental else None,
+                columns=columns,
+            ),
+            now=write,
+        )
+
+    def _plan(self, previous: TableState | None, changes: tuple[str, ...]) -> TableResult:
+        """Dry run: how many rows a real run would read, and how.
+
+        Where the server refuses the ``updated_at`` filter, the real run reads every row and
+        keeps the newer ones: the rows matching the job's filter are then the upper bound.
+        """
+        table, filter = self.table, self.filter
+        everything = filter or None
+        if previous is not None and previous.cursor is not None:
+            since = lower_bound(previous.cursor, previous.settled, self.job.lookback)
+            changed = {**filter, "updated_at": {"gt": since}}
+            try:
+                total = self.context.client.list_rows(table.id, limit=1, filter=changed).total
+            except (BadRequest, ApiValidationError):
+                self.note("updated_at filter refused: counting every row, an upper bound")
+                total = self.context.client.list_rows(table.id, limit=1, filter=everything).total
+            return self.result(status="planned", read="incremental", rows_read=total or 0)
+        total = self.context.client.list_rows(table.id, limit=1, filter=everything).total
+        return self.result(
+            status="planned", read="full", rows_read=total or 0, schema_changes=changes
+        )
+
+
+def fingerprint(table: Table, filter: Mapping[str, Any]) -> str:
+    """Changes when the columns or the job's filter change: then a full re-read is due."""
+    columns = [(c.name, c.type, c.options) for c in table.columns]
+    raw = json.dumps([table.name, columns, filter], sort_keys=True, default=str)
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+class _Tap:
+    """Counts the rows streaming through and notes the newest ``updated_at`` among them."""
+
+    def __init__(self, updated_name: str) -> None:
+        self.updated_name = updated_name
+        self.rows = 0
+        self.cursor: str | None = None
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            self.rows += batch.num_rows
+            self.cursor = newer(self.cursor, batch.column(self.updated_name))
+            yield batch

@@ -1,0 +1,182 @@
+"""What a run did: one result model for export, load, sync, push and apply.
+
+A command's outcome is a `RunSummary`: the tables it copied (`TableResult`), the pushes it
+applied (`PushResult`), and one status and exit code decided by `outcome`, the one rule
+every command follows. `RunSummary.to_dict` is the JSON summary every ``--json`` (and
+``sync --log-format json``) prints, built here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from connector.errors import ExitCode
+
+__all__ = [
+    "STATUSES",
+    "PushResult",
+    "Read",
+    "RunStatus",
+    "RunSummary",
+    "Status",
+    "TableResult",
+    "Verified",
+    "outcome",
+]
+
+#: What happened to a table or a push. ``unchanged``: nothing to write (incremental);
+#: ``planned``: a dry run; ``skipped``: the key may not read it (403); ``frozen``: its
+#: columns changed under a ``schema = "freeze"`` contract, so it was left as it was.
+Status = Literal["ok", "unchanged", "planned", "skipped", "frozen", "failed"]
+STATUSES: tuple[Status, ...] = ("ok", "unchanged", "planned", "skipped", "frozen", "failed")
+#: How a table was read: every row, the rows changed since the last run, every row compared
+#: with the destinations (``--verify``), or not at all.
+Read = Literal["full", "incremental", "verify", "none"]
+#: A run's outcome. ``interrupted``: stopped by Ctrl-C or SIGTERM (exit 130 / 143); every
+#: table finished before the stop is written and its state saved, the one in flight is left
+#: as it was (its writes rolled back), as after a crash-safe stop.
+RunStatus = Literal["ok", "partial", "failed", "interrupted"]
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What a verifying run found wrong in the destinations (summed over them) and repaired:
+    rows missing or different rewritten, extra rows (the server has no such id) deleted."""
+
+    missing: int = 0
+    different: int = 0
+    extra: int = 0
+
+    def __add__(self, other: Verified) -> Verified:
+        return Verified(
+            self.missing + other.missing, self.different + other.different, self.extra + other.extra
+        )
+
+
+@dataclass(frozen=True)
+class TableResult:
+    """What a run did to one table. Rows are counted the same way for every destination:
+    read from the API, written (inserted or replaced; an append counts only the rows it
+    added), deleted (removed, or newly marked); with several destinations, the most any of
+    them wrote or deleted."""
+
+    table: str
+    table_id: str
+    status: Status
+    read: Read = "none"
+    rows_read: int = 0
+    rows_written: int = 0
+    rows_deleted: int = 0
+    #: Rows an incremental read read again from its lookback window (changed at or before
+    #: the last run's cursor), and how many of them had changed after all (committed late):
+    #: only those are written.
+    window_rows: int = 0
+    late_rows: int = 0
+    #: The table's column changes since the last run, as a person reads them
+    #: (``Estimate: number -> text``); every destination evolved its table to match.
+    schema_changes: tuple[str, ...] = ()
+    error: str | None = None
+    seconds: float = 0.0
+    #: Where the table went: a file per file destination, a table name per SQL one.
+    targets: tuple[str, ...] = ()
+    #: Set on a verifying run (``--verify``): what it found and repaired.
+    verified: Verified | None = None
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """What a run did (or, dry, would do) with one source pushed into a table."""
+
+    file: str | None
+    table: str | None
+    status: Status
+    created: int = 0
+    updated: int = 0
+    deleted: int = 0
+    unchanged: int = 0
+    error: str | None = None
+    #: On a dry run, the plan as a person reads it (counts, a sample of each change).
+    plan: str | None = None
+    #: Rows the server rejected (the push is then partial).
+    rejected: int = 0
+    #: The source a plan was made from, and the table, key and mode it was pushed with.
+    source: str | None = None
+    table_id: str | None = None
+    key: str | None = None
+    mode: str | None = None
+    #: Requests the push sent.
+    requests: int = 0
+    #: Where rejected rows were written, and a saved plan (``push --plan-out``).
+    rejects_file: str | None = None
+    plan_file: str | None = None
+    #: Every problem found in the source, one line each (row, column, value).
+    problems: tuple[str, ...] = ()
+
+
+def outcome(
+    results: Sequence[TableResult | PushResult], error: str | None
+) -> tuple[Literal["ok", "partial", "failed"], int]:
+    """The one status rule: failed (exit 1) when the run could not go on, a table or push
+    failed, or nothing at all could be read; partial (3) when tables were skipped (403) or
+    frozen (a column change under ``schema = "freeze"``), or the server rejected rows of a
+    push; else ok (0)."""
+    rejected = [r for r in results if isinstance(r, PushResult) and r.rejected]
+    failed = [r for r in results if r.status == "failed" and r not in rejected]
+    held = [r for r in results if r.status in ("skipped", "frozen")]
+    if error is not None or failed or (held and len(held) == len(results)):
+        return "failed", ExitCode.FAILED
+    if held or rejected:
+        return "partial", ExitCode.PARTIAL
+    return "ok", ExitCode.OK
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """The outcome of a run: what a scheduler reads (``--log-format json``, ``--json``)."""
+
+    job: str
+    status: RunStatus
+    exit_code: int
+    dry_run: bool
+    started_at: str
+    finished_at: str
+    #: None for a one-shot job (export, load, push): it keeps no state.
+    state_file: str | None
+    destinations: list[str]
+    tables: list[TableResult] = field(default_factory=list)
+    pushes: list[PushResult] = field(default_factory=list)
+    error: str | None = None
+    seconds: float = 0.0
+    verified: bool = False
+    #: The most requests the run allowed in flight at once (its adaptive level's peak), and
+    #: the cap it adapted under (``--max-concurrency``); 0 when it stopped before its client
+    #: was made (a bad job file, a missing key).
+    concurrency: int = 0
+    max_concurrency: int = 0
+
+    def count(self, status: Status) -> int:
+        return sum(t.status == status for t in self.tables)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON summary every command prints: the fields, and totals over the tables
+        and pushes."""
+        out = asdict(self)
+        tables, pushes = self.tables, self.pushes
+        out["totals"] = {
+            "tables": len(tables),
+            **{s: self.count(s) for s in STATUSES},
+            "rows_read": sum(t.rows_read for t in tables),
+            "rows_written": sum(t.rows_written for t in tables),
+            "rows_deleted": sum(t.rows_deleted for t in tables),
+            "window_rows": sum(t.window_rows for t in tables),
+            "late_rows": sum(t.late_rows for t in tables),
+            "pushes": len(pushes),
+            "push_created": sum(p.created for p in pushes),
+            "push_updated": sum(p.updated for p in pushes),
+            "push_deleted": sum(p.deleted for p in pushes),
+            "push_unchanged": sum(p.unchanged for p in pushes),
+            "push_rejected": sum(p.rejected for p in pushes),
+        }
+        return out
