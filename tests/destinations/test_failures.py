@@ -24,8 +24,8 @@ import pytest
 from click.testing import CliRunner
 
 from connector.cli import main
-from connector.jobs.sinks import NAME_BYTES, fit_name
-from connector.load.csv import excel_safe, excel_safe_batch
+from connector.destinations.naming import NAME_BYTES, fit_name
+from connector.destinations.formats import excel_safe, excel_safe_batch
 from tests.fixtures.server import ROOT, RunningServer, free_port
 
 FORMULAS = ["=1+1", "+41", "-2", "@SUM(A1)", "\tx", "plain", "a=b", ""]

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from connector.errors import ConfigError, DestinationError
 from connector.load.sql import delete_ids, load_table
 from connector.schema import Column, Table, arrow_schema
-from tests.load.samples import ROWS, TABLE, batch, batches, kill_midway, numbered
+from tests.destinations.samples import ROWS, TABLE, batch, batches, kill_midway, numbered
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -254,7 +254,7 @@ def test_readers_never_see_a_partial_or_empty_table_during_replace(
 KILLED_LOAD = """
 import pathlib, sys, time
 from connector.load.sql import load_table
-from tests.load.samples import TABLE, batches, numbered
+from tests.destinations.samples import TABLE, batches, numbered
 
 def slow():
     for i, b in enumerate(batches(numbered(5000, name="new"))):

@@ -25,8 +25,8 @@ from connector.load.duckdb import connect, url_path, write_table
 from connector.schema import Table, arrow_schema
 from connector.server.demo import SPECS
 from tests.fixtures.server import ROOT, RunningServer, ServerFactory
-from tests.load.samples import ROWS, SCHEMA, TABLE, batches, kill_when, numbered
-from tests.load.test_interrupt import FIRST, MORE, SIGNALS, check_stopped, finish, seeded, start
+from tests.destinations.samples import ROWS, SCHEMA, TABLE, batches, kill_when, numbered
+from tests.destinations.test_interrupt import FIRST, MORE, SIGNALS, check_stopped, finish, seeded, start
 
 #: The API's column types as DuckDB reports the columns we create (choices are text).
 DUCK_TYPES = {"text": "VARCHAR", "choice": "VARCHAR", "number": "DOUBLE", "checkbox": "BOOLEAN",

@@ -16,7 +16,7 @@ import pytest
 from connector.errors import DestinationError
 from connector.load.parquet import ROW_GROUP_ROWS, merge_parquet, write_parquet
 from connector.schema import Column, Table, arrow_schema
-from tests.load.samples import (
+from tests.destinations.samples import (
     OPTIONS,
     ROWS,
     SCHEMA,
@@ -167,7 +167,7 @@ def test_failed_export_leaves_the_previous_file_untouched(exported: Path) -> Non
 KILLED_EXPORT = """
 import pathlib, sys, time
 from connector.load.parquet import write_parquet
-from tests.load.samples import SCHEMA, batches, numbered
+from tests.destinations.samples import SCHEMA, batches, numbered
 
 def slow():
     for i, b in enumerate(batches(numbered(100_000), size=1000)):

@@ -23,11 +23,11 @@ from click.testing import CliRunner, Result
 
 from connector.cli import main
 from connector.errors import ConfigError
-from connector.load.storage import check_location
+from connector.destinations.storage import check_location
 from tests.fixtures.s3 import S3Bucket
 from tests.fixtures.server import ROOT, RunningServer
-from tests.load.samples import kill_when
-from tests.load.test_cli import EXPECTED, FIELDS, SPEC
+from tests.destinations.samples import kill_when
+from tests.destinations.test_cli import EXPECTED, FIELDS, SPEC
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from click.testing import CliRunner, Result
 
 from connector.cli import main
 from tests.fixtures.server import RunningServer, ServerFactory
-from tests.load.samples import kill_when
+from tests.destinations.samples import kill_when
 
 SPEC = {
     "name": "orders",

@@ -22,8 +22,8 @@ from connector.errors import DestinationError
 from connector.load.delta import merge_delta, write_delta
 from tests.fixtures.s3 import S3Bucket
 from tests.fixtures.server import RunningServer
-from tests.load.samples import ROWS, SCHEMA, batch, batches, numbered
-from tests.load.test_cli import EXPECTED, FIELDS, SPEC
+from tests.destinations.samples import ROWS, SCHEMA, batch, batches, numbered
+from tests.destinations.test_cli import EXPECTED, FIELDS, SPEC
 
 
 def run(server: RunningServer, *args: str) -> Result:

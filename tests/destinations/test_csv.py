@@ -10,7 +10,7 @@ import pyarrow.csv as pacsv
 import pytest
 
 from connector.load.csv import write_csv
-from tests.load.samples import ROWS, SCHEMA, batches
+from tests.destinations.samples import ROWS, SCHEMA, batches
 
 
 def test_csv_has_a_header_and_tells_empty_text_from_null(tmp_path: Path) -> None:
