@@ -14,7 +14,7 @@
    pyarrow imports it on its first `pa.array` of Python objects, ~37 MB).
 
 Tables are seeded through the server's storage layer (as the test fixtures do), not the API.
-Parquet is written by `connector.load.parquet.write_parquet`.
+Parquet is written by `connector.destinations.formats.write_parquet`.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ import httpx
 import orjson
 
 from connector.api import Client, RateLimiter
-from connector.extract import read_batches
-from connector.load.parquet import write_parquet
+from connector.extract import Extraction
+from connector.destinations.formats import write_parquet
 from connector.server.storage import Storage
 from tests.fixtures.server import RunningServer
 
@@ -80,7 +80,7 @@ def _ours(server: RunningServer, table_id: str, out: Path, limiter: RateLimiter 
     with Client(server.base_url, server.api_key, limiter=limiter or RateLimiter()) as client:
         table = client.get_table(table_id)
         started = time.perf_counter()
-        extraction = read_batches(client, table, page_size=PAGE, concurrency=CONCURRENCY)
+        extraction = Extraction(client, table, page_size=PAGE, concurrency=CONCURRENCY)
         rows = write_parquet(extraction, extraction.schema, out)
         return rows / (time.perf_counter() - started)
 
@@ -149,8 +149,8 @@ def _rate_limited(directory: Path, table_id: str, out: Path) -> None:
 _CHILD = """
 import re, resource, sys, time
 from connector.api import Client
-from connector.extract import read_batches
-from connector.load.parquet import write_parquet
+from connector.extract import Extraction
+from connector.destinations.formats import write_parquet
 base_url, table_id, out, page, concurrency = sys.argv[1:6]
 started = time.perf_counter()
 if table_id == "+":
@@ -159,7 +159,7 @@ if table_id == "+":
 elif table_id != "-":
     with Client(base_url) as client:
         table = client.get_table(table_id)
-        extraction = read_batches(client, table, page_size=int(page), concurrency=int(concurrency))
+        extraction = Extraction(client, table, page_size=int(page), concurrency=int(concurrency))
         write_parquet(extraction, extraction.schema, out)
 # ru_maxrss of an exec'd child still counts the parent's pages at fork (Linux keeps the
 # high-water mark across exec); VmHWM is this process image's own peak. Report the smaller.

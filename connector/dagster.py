@@ -111,32 +111,48 @@ class _PushAsset:
 
 
 def _tables(job: Job) -> list[_TableAsset]:
+    """The job's tables: declared from its file when it lists them and excludes none (no
+    request); otherwise listed from the server and chosen by the one resolver, as a sync
+    chooses them (an id and a name of one table are then the same table)."""
     selection = job.tables
-    if selection.include is not None:
-        excluded = set(selection.exclude)
+    if selection.include is not None and not selection.exclude:
         return [
             _TableAsset(_name(v), v, frozenset({v.casefold()}))
             for v in dict.fromkeys(selection.include)
-            if v not in excluded
         ]
     from connector.api import Client
     from connector.tables import resolve_table
 
     try:
-        base_url, key = job.source.resolve()
+        base_url, key = job.source.resolve(job_file=job.path)
     except ConfigError as exc:
-        raise ConfigError(f"{job.path}: {exc} (the tables are listed from the server)") from None
-    with Client(base_url, key, max_wait=job.source.max_wait) as client:
+        raise ConfigError(f"{exc} (the tables are listed from the server)") from None
+    with Client(base_url, key, max_wait=job.source.max_wait,
+                url_source=job.source.url_source(one_shot=False, job_file=job.path),
+                key_source=job.source.key_source(one_shot=False, job_file=job.path)) as client:
         listed = client.list_tables()
+    wanted = [t.id for t in listed] if selection.include is None else [
+        _resolve(job, listed, v) for v in dict.fromkeys(selection.include)
+    ]
     excluded = set()
     for value in selection.exclude:  # resolved as a sync resolves it; naming none is no error
         with contextlib.suppress(ConfigError):
             excluded.add(resolve_table(listed, value))
+    by_id = {t.id: t for t in listed}
     return [
-        _TableAsset(_name(t.name), t.id, frozenset({t.id.casefold(), t.name.casefold()}))
-        for t in listed
-        if t.id not in excluded
+        _TableAsset(_name(by_id[i].name), i, frozenset({i.casefold(), by_id[i].name.casefold()}))
+        for i in dict.fromkeys(wanted)
+        if i not in excluded
     ]
+
+
+def _resolve(job: Job, listed: Any, value: str) -> str:
+    from connector.tables import resolve_table
+
+    try:
+        return resolve_table(listed, value)
+    except ConfigError as exc:
+        raise exc.where(f"{job.path}: tables.include: ") from None
 
 
 def _table_asset(

@@ -31,7 +31,7 @@ __all__ = ["drive", "print_json"]
 
 def drive(
     ctx: click.Context,
-    command: str,
+    name: Callable[[], str],
     body: Callable[[], RunSummary],
     *,
     as_json: bool,
@@ -39,11 +39,13 @@ def drive(
     destinations: Sequence[str] = (),
     dry_run: bool = False,
     indent: int | None = 2,
-    on_failure: Callable[[RunSummary], None] | None = None,
+    events: Callable[[RunSummary], None] | None = None,
 ) -> NoReturn:
-    """Run `body` and end the command as the module docstring says. `text` prints a summary
-    for people, its error included; `on_failure` hears of a summary made from an error or a stop (sync's
-    ``finish`` event)."""
+    """Run `body` and end the command as the module docstring says. `name()` is the job's
+    name as known when it ends (a job file's, once read). `text` prints a summary for
+    people, its error included. `events`: the command reports as a stream of JSON events
+    (sync's ``--log-format json``), which hears of a run stopped before it began as its last
+    event; the stop then prints no line of its own."""
     from connector.jobs.process import exit_now, stop_signals, use_system_allocator
     from connector.jobs.run import failed_summary, interrupted_summary
     from connector.jobs.stamps import now
@@ -56,26 +58,25 @@ def drive(
             summary = body()
         except ConnectorError as exc:  # before the run could report: a flag, a file, the lock
             made = failed_summary(
-                command, exc, started_at=started, seconds=round(time.monotonic() - began, 3),
+                name(), exc, started_at=started, seconds=round(time.monotonic() - began, 3),
                 dry_run=dry_run, destinations=list(destinations),
             )
-            if on_failure is not None:
-                on_failure(made)
             if as_json:
                 print_json(made, indent)
             raise
         except KeyboardInterrupt as exc:  # before the run began (a lock wait): nothing done
             summary = made = interrupted_summary(
-                command, exc, started_at=started, seconds=round(time.monotonic() - began, 3),
+                name(), exc, started_at=started, seconds=round(time.monotonic() - began, 3),
                 dry_run=dry_run, destinations=list(destinations),
             )
-            if on_failure is not None:
-                on_failure(made)
+            if events is not None and as_json:
+                events(made)
     if as_json:
         print_json(summary, indent)
         if summary.status == "interrupted":
-            click.echo(summary.error, err=True)
-        elif summary.error:  # the person reading the log gets the line text output shows
+            if events is None:  # an event stream ends with the stop's own event
+                click.echo(summary.error, err=True)
+        elif summary.error and events is None:  # the line text output shows
             click.secho(f"error: {summary.error}", fg="red", err=True)
     else:
         text(summary)  # its error, if any, in the command's own words

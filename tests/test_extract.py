@@ -17,7 +17,8 @@ import pytest
 
 from connector.api import Client, RateLimiter, RetryPolicy
 from connector.errors import ConfigError
-from connector.extract import CellWarning, read_batches, string_array
+from connector.arrays import string_array
+from connector.extract import CellWarning, Extraction
 from connector.schema import Table, UnknownColumnTypeWarning, arrow_schema
 from tests.fixtures.server import RunningServer, ServerFactory
 
@@ -40,7 +41,7 @@ EMPTY = {"Name": "Nobody"}
 
 def read(server: RunningServer, table_id: str, **options: Any) -> pd.DataFrame:
     with Client(server.base_url, server.api_key) as client:
-        return read_batches(client, client.get_table(table_id), **options).to_pandas()
+        return Extraction(client, client.get_table(table_id), **options).to_pandas()
 
 
 def test_every_type_loads_with_its_dtype_and_empty_cells_are_null(server: RunningServer) -> None:
@@ -72,7 +73,7 @@ def test_batches_carry_the_schema_of_the_selected_columns(server: RunningServer)
     server.insert_rows(table_id, [ADA] * 250)
     with Client(server.base_url, server.api_key) as client:
         table = client.get_table(table_id)
-        batches = list(read_batches(client, table, columns=["Age", "Name"]))
+        batches = list(Extraction(client, table, columns=["Age", "Name"]))
     assert sum(b.num_rows for b in batches) == 250
     assert all(b.schema == arrow_schema(table, ["Age", "Name"]) for b in batches)
     assert batches[0].schema.names == ["_id", "_created_at", "_updated_at", "Age", "Name"]
@@ -106,7 +107,7 @@ def test_every_page_size_reads_every_row_once_in_order(
 def test_page_size_is_checked(page_size: int) -> None:
     client = Client("http://api.test/v1", "k")
     with pytest.raises(ConfigError, match="page size"):
-        read_batches(client, Table("tbl_1", "T"), page_size=page_size)
+        Extraction(client, Table("tbl_1", "T"), page_size=page_size)
 
 
 def test_faults_and_latency_do_not_change_the_result(server_factory: ServerFactory) -> None:
@@ -124,12 +125,12 @@ def test_faults_and_latency_do_not_change_the_result(server_factory: ServerFacto
 
 
 def test_an_exported_file_holds_no_key(server: RunningServer, tmp_path: Path) -> None:
-    from connector.load.parquet import write_parquet
+    from connector.destinations.formats import write_parquet
 
     table_id = server.create_table(EVERY_TYPE)
     server.insert_rows(table_id, [ADA] * 10)
     with Client(server.base_url, server.api_key) as client:
-        extraction = read_batches(client, client.get_table(table_id))
+        extraction = Extraction(client, client.get_table(table_id))
         assert write_parquet(extraction, extraction.schema, tmp_path / "t.parquet") == 10
     assert server.api_key.encode() not in (tmp_path / "t.parquet").read_bytes()
 
@@ -137,11 +138,11 @@ def test_an_exported_file_holds_no_key(server: RunningServer, tmp_path: Path) ->
 EXPORT_WITHOUT_PANDAS = """
 import sys
 from connector.api import Client
-from connector.extract import read_batches
-from connector.load.parquet import write_parquet
+from connector.extract import Extraction
+from connector.destinations.formats import write_parquet
 base_url, key, table_id, out = sys.argv[1:5]
 with Client(base_url, key) as client:
-    extraction = read_batches(client, client.get_table(table_id))
+    extraction = Extraction(client, client.get_table(table_id))
     write_parquet(extraction, extraction.schema, out)
 print(sorted(m for m in ("pandas", "sqlalchemy") if m in sys.modules))
 """
@@ -182,7 +183,7 @@ def test_stopping_early_stops_the_reader(server: RunningServer) -> None:
     server.insert_rows(table_id, [{"Name": str(i)} for i in range(5000)])
     before = threading.active_count()
     with Client(server.base_url, server.api_key) as client:
-        for batch in read_batches(client, client.get_table(table_id)):
+        for batch in Extraction(client, client.get_table(table_id)):
             assert batch.num_rows > 0
             break
     assert threading.active_count() == before
@@ -221,7 +222,7 @@ def scripted_table(columns: list[dict[str, Any]], rows: list[dict[str, Any]], *,
 
 def scripted_read(transport: httpx.MockTransport, **options: Any) -> pd.DataFrame:
     with Client("http://api.test/v1", "k", transport=transport, limiter=RateLimiter()) as client:
-        return read_batches(client, client.get_table("tbl_1"), **options).to_pandas()
+        return Extraction(client, client.get_table("tbl_1"), **options).to_pandas()
 
 
 def test_numbers_and_checkboxes_sent_as_strings_are_parsed() -> None:
@@ -260,7 +261,7 @@ def test_a_choice_value_outside_the_options_is_kept_in_arrow() -> None:
     transport, _ = scripted_table([{"name": "S", "type": "choice", "options": ["a"]}],
                                   [{"S": "a"}, {"S": "z"}])
     with Client("http://api.test/v1", "k", transport=transport) as client:
-        arrow = read_batches(client, client.get_table("tbl_1")).to_arrow()
+        arrow = Extraction(client, client.get_table("tbl_1")).to_arrow()
     assert arrow.column("S").to_pylist() == ["a", "z"]
 
 
@@ -305,7 +306,7 @@ def test_rows_read_another_way_are_typed_the_same() -> None:
     transport, _ = scripted_table([{"name": "N", "type": "number"}, {"name": "D", "type": "date"}],
                                   [{"N": "1.5", "D": "2024-01-02"}, {"N": None, "D": ""}])
     with Client("http://api.test/v1", "k", transport=transport) as client:
-        extraction = read_batches(client, client.get_table("tbl_1"))
+        extraction = Extraction(client, client.get_table("tbl_1"))
         page = client.list_rows("tbl_1")
         assert pa.Table.from_batches([extraction.cast(page.rows)]) == extraction.to_arrow()
 
@@ -314,6 +315,6 @@ def test_arrow_types_are_exactly_the_schema_module_s() -> None:
     transport, _ = scripted_table([{"name": "S", "type": "choice", "options": ["a", "b"]}], [{"S": "b"}])
     with Client("http://api.test/v1", "k", transport=transport, retry=RetryPolicy.off()) as client:
         table = client.get_table("tbl_1")
-        arrow = read_batches(client, table).to_arrow()
+        arrow = Extraction(client, table).to_arrow()
     assert arrow.schema == arrow_schema(table)
     assert arrow.column("S").type == pa.dictionary(pa.int32(), pa.string())

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from connector.api import Client, RateLimiter
-from connector.extract import read_batches
+from connector.extract import Extraction
 from connector.server.storage import Storage
 from tests.fixtures.server import RunningServer, ServerFactory
 
@@ -91,7 +91,7 @@ def read_while_writing(
         table = client.get_table(table_id)
         writer.start()
         try:
-            extraction = read_batches(client, table, filter=filter, **options)
+            extraction = Extraction(client, table, filter=filter, **options)
             read = [i for batch in extraction for i in batch.column("_id").to_pylist()]
         finally:
             writer.stop()
@@ -143,7 +143,7 @@ def test_without_writers_nothing_is_resumed(server: RunningServer) -> None:
     table_id = server.create_table({"name": "Calm", "columns": [{"name": "Name", "type": "text"}]})
     server.insert_rows(table_id, [{"Name": str(i)} for i in range(500)])
     with Client(server.base_url, server.api_key) as client:
-        extraction = read_batches(client, client.get_table(table_id), page_size=20)
+        extraction = Extraction(client, client.get_table(table_id), page_size=20)
         assert sum(b.num_rows for b in extraction) == 500
     assert extraction.resumes == 0
 
@@ -180,7 +180,7 @@ def test_a_server_refusing_key_filters_is_resumed_by_offset(server: RunningServe
 
     transport = RefusingKeyFilters()
     with Client(server.base_url, server.api_key, transport=transport) as client:
-        extraction = read_batches(
+        extraction = Extraction(
             client, client.get_table(table_id), filter=EVERY_ROW, page_size=50, concurrency=1
         )
         read = [i for b in extraction for i in b.column("_id").to_pylist()]
@@ -238,7 +238,7 @@ def test_a_server_that_ignores_the_sort_is_read_without_duplicates() -> None:
         return httpx.Response(200, json={"rows": page, "total": len(order), "limit": limit, "offset": offset})
 
     with Client("http://api.test/v1", "k", transport=httpx.MockTransport(handler), limiter=RateLimiter()) as client:
-        read = [i for b in read_batches(client, client.get_table("tbl_1"), page_size=50, concurrency=2)
+        read = [i for b in Extraction(client, client.get_table("tbl_1"), page_size=50, concurrency=2)
                 for i in b.column("_id").to_pylist()]
     assert len(read) == len(set(read))
     assert set(order) - set(read) == set()
@@ -254,7 +254,7 @@ def stored_ids(server: RunningServer, table_id: str) -> set[str]:
 
 
 def busy_read(server: RunningServer, rows: int, **options: Any) -> tuple[list[str], set[str], set[str], int]:
-    """Reads a table of `rows` rows through `read_batches` while the server's faults change it:
+    """Reads a table of `rows` rows through `Extraction` while the server's faults change it:
     the ids read, the ids before and after the read, and the reader's repairs.
 
     The server must run with `fault_control`: requests the reader sent and no longer waits
@@ -266,7 +266,7 @@ def busy_read(server: RunningServer, rows: int, **options: Any) -> tuple[list[st
     server.insert_rows(table_id, [{"Name": str(i), "Status": ("Active", "Inactive")[i % 2]} for i in range(rows)])
     before = stored_ids(server, table_id)
     with Client(server.base_url, server.api_key) as client:
-        extraction = read_batches(client, client.get_table(table_id), **options)
+        extraction = Extraction(client, client.get_table(table_id), **options)
         read = [i for batch in extraction for i in batch.column("_id").to_pylist()]
     server.set_faults(delete_on_read=0, insert_on_read=0)
     return read, before, stored_ids(server, table_id), extraction.resumes
@@ -293,7 +293,7 @@ def test_concurrent_deletes_and_inserts_lose_and_repeat_nothing(
 
     with Client(server.base_url, server.api_key) as client:
         table = client.get_table(next(t.id for t in client.list_tables()))
-        quiet = read_batches(client, table, page_size=page_size)
+        quiet = Extraction(client, table, page_size=page_size)
         assert sorted(i for b in quiet for i in b.column("_id").to_pylist()) == sorted(after)
     assert quiet.resumes == 0
 
@@ -336,7 +336,7 @@ def test_shadowed_system_names_under_read_faults(server_factory: ServerFactory, 
     server.insert_rows(table_id, [shadowing_row(i) for i in range(2000)])
     before = stored_ids(server, table_id)
     with Client(server.base_url, server.api_key) as client:
-        extraction = read_batches(client, client.get_table(table_id), page_size=50)
+        extraction = Extraction(client, client.get_table(table_id), page_size=50)
         read = [i for b in extraction for i in b.column("_id").to_pylist()]
     server.set_faults(delete_on_read=0, insert_on_read=0)
     after = stored_ids(server, table_id)
@@ -380,7 +380,7 @@ def test_pages_cut_by_size_are_read_whole_and_in_order(
     server = server_factory(max_response_bytes=CUT_BYTES)
     table_id, ids = sized_table(server, 2000, seed=page_size + concurrency)
     with Client(server.base_url, server.api_key) as client:
-        extraction = read_batches(client, client.get_table(table_id), page_size=page_size,
+        extraction = Extraction(client, client.get_table(table_id), page_size=page_size,
                                   concurrency=concurrency)
         read = [i for b in extraction for i in b.column("_id").to_pylist()]
     assert read == ids
@@ -397,7 +397,7 @@ def test_pages_cut_by_size_under_read_faults(server_factory: ServerFactory, page
     before = stored_ids(server, table_id)
     server.set_faults(delete_on_read=2, insert_on_read=1, seed=page_size)
     with Client(server.base_url, server.api_key) as client:
-        extraction = read_batches(client, client.get_table(table_id), page_size=page_size, concurrency=4)
+        extraction = Extraction(client, client.get_table(table_id), page_size=page_size, concurrency=4)
         read = [i for b in extraction for i in b.column("_id").to_pylist()]
     server.set_faults(delete_on_read=0, insert_on_read=0)
     after = stored_ids(server, table_id)
@@ -406,7 +406,7 @@ def test_pages_cut_by_size_under_read_faults(server_factory: ServerFactory, page
     assert (before & after) - set(read) == set()
 
 
-def test_a_huge_first_row_is_read_through_read_batches(server_factory: ServerFactory) -> None:
+def test_a_huge_first_row_is_read_through_Extraction(server_factory: ServerFactory) -> None:
     """The first page is cut to 2 rows (limit 2): the read does not refuse it, nor crawl."""
     server = server_factory(max_response_bytes=50_000)
     table_id = server.create_table({"name": "Huge", "columns": [{"name": "Name", "type": "text"}]})
@@ -414,7 +414,7 @@ def test_a_huge_first_row_is_read_through_read_batches(server_factory: ServerFac
                                                [{"Name": str(i)} for i in range(1500)])]
     for page_size in (2, 100, 1000):
         with Client(server.base_url, server.api_key) as client:
-            extraction = read_batches(client, client.get_table(table_id), page_size=page_size, concurrency=4)
+            extraction = Extraction(client, client.get_table(table_id), page_size=page_size, concurrency=4)
             read = [i for b in extraction for i in b.column("_id").to_pylist()]
         assert read == ids, page_size
 

@@ -1,8 +1,9 @@
 """Where tables go: one protocol every destination implements, one registry of kinds.
 
     base        the protocol (`Destination`): check, locate, stored, scan, apply, close;
-                what crosses it (`Target`, `TableChange`, `Committed`, `Capabilities`)
-    registry    every kind (`KINDS`), `DestinationConfig`, `make_config`, `open_destination`
+                what crosses it (`Target`, `TableChange`, `Committed`)
+    registry    every kind (`KINDS`, `Capabilities`), `DestinationConfig`, `make_config`,
+                `open_destination`
     evolve      column changes (`diff`) and the one set of rules converting held values
     naming      a table's name in every destination of a run
     storage     the filesystem layer under the file formats: a local folder or object storage
@@ -11,27 +12,28 @@
     iceberg     Apache Iceberg tables
 
 Destinations know no readers, jobs or push: the runner (`connector.jobs`) feeds them Arrow
-batches and reads back what they hold.
+batches and reads back what they hold. The names below load on first use, so reading the
+registry (the CLI's choices) costs no pyarrow.
 """
 
 from __future__ import annotations
 
-from connector.destinations.base import (
-    DELETED_AT,
-    Capabilities,
-    Committed,
-    DeletePolicy,
-    Destination,
-    TableChange,
-    Target,
-)
-from connector.destinations.registry import (
-    KINDS,
-    DestinationConfig,
-    Kind,
-    make_config,
-    open_destination,
-)
+import importlib
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from connector.destinations.base import DELETED_AT, Committed, Destination, TableChange, Target
+    from connector.destinations.registry import (
+        KINDS,
+        Capabilities,
+        DeletePolicy,
+        DestinationConfig,
+        Kind,
+        make_config,
+        open_destination,
+    )
 
 __all__ = [
     "DELETED_AT",
@@ -47,3 +49,17 @@ __all__ = [
     "make_config",
     "open_destination",
 ]
+
+_REGISTRY = {
+    "KINDS", "Capabilities", "DeletePolicy", "DestinationConfig", "Kind", "make_config",
+    "open_destination",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    home = "registry" if name in _REGISTRY else "base"
+    value = getattr(importlib.import_module(f"connector.destinations.{home}"), name)
+    globals()[name] = value
+    return value

@@ -23,11 +23,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
 
 from connector.arrays import no_ids
+from connector.destinations.registry import Capabilities, DeletePolicy
 from connector.modes import WriteMode
 from connector.schema import META_COLUMN_TYPE, META_SYSTEM, Table, arrow_schema
 
@@ -52,9 +53,6 @@ __all__ = [
 DELETED_AT = "_deleted_at"
 DELETED_FIELD = pa.field(DELETED_AT, pa.timestamp("us", tz="UTC"))
 
-#: What a merge does with rows deleted upstream: remove them, stamp `DELETED_AT`, or leave them.
-DeletePolicy = Literal["delete", "mark", "keep"]
-DELETE_POLICIES: tuple[DeletePolicy, ...] = ("delete", "mark", "keep")
 
 
 @dataclass(frozen=True)
@@ -115,18 +113,6 @@ class Committed:
 
     written: int = 0
     deleted: int = 0
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What a kind of destination can do, as data the runner and the docs read."""
-
-    #: Several tables may be written at once (a file or table directory each, a server
-    #: database); otherwise one table at a time while the others read into a spool.
-    parallel_writes: bool
-    modes: frozenset[WriteMode] = frozenset({"replace", "append", "merge"})
-    #: Takes ``deletes = "mark"``.
-    marks: bool = True
 
 
 class Destination(Protocol):

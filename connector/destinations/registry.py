@@ -1,5 +1,6 @@
 """Every kind of destination, and the one place a setting becomes a kind.
 
+Cheap to import (no pyarrow, no database driver): the CLI builds its choices from it.
 A job file's ``[[destination]]`` keys, `export --format/--out`, `load --to`, the runner, the
 Dagster assets and the docs all read `KINDS`: a kind's name, the key or flag that selects it,
 the URL schemes it claims, what it can do (`Capabilities`) and the extra it needs. Modules
@@ -20,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from connector.destinations.base import Capabilities
 from connector.errors import ConfigError
 from connector.modes import WriteMode
 
@@ -29,7 +29,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "DELETE_POLICIES",
     "KINDS",
+    "Capabilities",
+    "DeletePolicy",
     "DestinationConfig",
     "Kind",
     "export_formats",
@@ -39,11 +42,25 @@ __all__ = [
     "open_destination",
 ]
 
+#: What a merge does with rows deleted upstream: remove them, stamp ``_deleted_at``, or
+#: leave them.
+DeletePolicy = Literal["delete", "mark", "keep"]
+DELETE_POLICIES: tuple[DeletePolicy, ...] = ("delete", "mark", "keep")
+
 #: Seconds one request to a destination may take (connect, read, a storage request):
 #: past it the destination counts as not answering and the table fails, naming it.
 DEFAULT_TIMEOUT = 60.0
 
-_ALL_MODES: frozenset[WriteMode] = frozenset({"replace", "append", "merge"})
+@dataclass(frozen=True)
+class Capabilities:
+    """What a kind of destination can do, as data the runner and the docs read."""
+
+    #: Several tables may be written at once (a file or table directory each, a server
+    #: database); otherwise one table at a time while the others read into a spool.
+    parallel_writes: bool
+    modes: frozenset[WriteMode] = frozenset({"replace", "append", "merge"})
+    #: Takes ``deletes = "mark"``.
+    marks: bool = True
 
 
 @dataclass(frozen=True)

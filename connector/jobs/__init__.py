@@ -15,9 +15,33 @@
 
 from __future__ import annotations
 
-from connector.jobs.config import Job, load_job
-from connector.jobs.lock import JobLocked
-from connector.jobs.run import run_job
-from connector.results import RunSummary
+import importlib
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from connector.jobs.config import Job, load_job
+    from connector.jobs.lock import JobLocked
+    from connector.jobs.run import run_job
+    from connector.results import RunSummary
 
 __all__ = ["Job", "JobLocked", "RunSummary", "load_job", "run_job"]
+
+#: Where each name lives; loaded on first use, so `connector sync` handles a stop before
+#: the heavy modules (pyarrow, the destinations) are imported.
+_HOMES = {
+    "Job": "connector.jobs.config",
+    "load_job": "connector.jobs.config",
+    "JobLocked": "connector.jobs.lock",
+    "run_job": "connector.jobs.run",
+    "RunSummary": "connector.results",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[name]), name)
+    globals()[name] = value
+    return value

@@ -112,7 +112,6 @@ def sync(
     from dataclasses import replace
 
     from connector.jobs.config import load_job, parse_duration
-    from connector.jobs.run import run_job
 
     if lookback is not None:
         try:
@@ -124,9 +123,13 @@ def sync(
             ) from None
     as_json = log_format == "json"
     report = _json_event if as_json else _TextReport()
+    name = [job_file.stem]  # the job's name once its file is read
 
     def body() -> RunSummary:
+        from connector.jobs.run import run_job  # under stop_signals: a stop while it imports
+
         job = load_job(job_file)
+        name[0] = job.name
         if state_dir is not None:
             job = job.with_state_dir(state_dir)
         if lookback is not None:
@@ -135,14 +138,13 @@ def sync(
             job = replace(job, schema=contract)  # type: ignore[arg-type]
         return run_job(job, dry_run=dry_run, wait=wait, report=report, verify=verify)
 
-    def finish(summary: RunSummary) -> None:  # a run that failed or stopped before it began
-        if as_json:
-            report("finish", **{k: v for k, v in summary.to_dict().items()
-                                if k not in ("tables", "pushes")})
+    def finish(summary: RunSummary) -> None:  # a run stopped before it began (a lock wait)
+        report("finish", **{k: v for k, v in summary.to_dict().items()
+                            if k not in ("tables", "pushes")})
 
     drive(
-        ctx, job_file.stem, body, as_json=as_json, indent=None, dry_run=dry_run,
-        text=_sync_text, on_failure=finish,
+        ctx, lambda: name[0], body, as_json=as_json, indent=None, dry_run=dry_run,
+        text=_sync_text, events=finish,
     )
 
 
@@ -339,12 +341,12 @@ def _refused_json(command: str, message: str) -> None:
 def _one_shot(ctx: click.Context, command: str, destination: Any, tables: tuple[str, ...],
               page_size: int, base_url: str | None, max_concurrency: int | None,
               as_json: bool, *, deletes: str = "keep") -> None:
-    from connector.jobs.config import one_shot_job
-    from connector.jobs.run import run_job
-
     verb = "exported" if command == "export" else "loaded"
 
     def body() -> RunSummary:
+        from connector.jobs.config import one_shot_job
+        from connector.jobs.run import run_job
+
         job = one_shot_job(command, destination, tables=tables, base_url=base_url,
                            page_size=page_size, max_concurrency=max_concurrency,
                            deletes=deletes)  # type: ignore[arg-type]
@@ -358,4 +360,5 @@ def _one_shot(ctx: click.Context, command: str, destination: Any, tables: tuple[
         for line in summary_lines(summary, verb):
             click.echo(line)
 
-    drive(ctx, command, body, as_json=as_json, text=text, destinations=[destination.describe()])
+    drive(ctx, lambda: command, body, as_json=as_json, text=text,
+          destinations=[destination.describe()])

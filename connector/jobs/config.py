@@ -26,9 +26,10 @@ from connector.api import MAX_PAGE_SIZE
 from connector.api.client import FILTER_OPERATORS
 from connector.api.concurrency import MAX_CONCURRENCY
 from connector.api.retry import check_max_wait
-from connector.destinations.base import DELETE_POLICIES, DeletePolicy
 from connector.destinations.registry import (
     DEFAULT_TIMEOUT,
+    DELETE_POLICIES,
+    DeletePolicy,
     DestinationConfig,
     job_keys,
     make_config,
@@ -523,7 +524,8 @@ class _Parser:
         targets = [d.target for d in out]
         for i, target in enumerate(targets):
             if target in targets[:i]:
-                raise self.error(out[i].where, "writes to the same place as an earlier destination")
+                where = out[i].where.rpartition(".")[0]
+                raise self.error(where, "writes to the same place as an earlier destination")
         return tuple(out)
 
     def destination(self, data: Any, where: str, incremental: bool) -> DestinationConfig:

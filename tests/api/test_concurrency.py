@@ -22,7 +22,7 @@ from connector.api.concurrency import (
     ConcurrencyLimit,
 )
 from connector.errors import ConfigError
-from connector.extract import read_batches
+from connector.extract import Extraction
 from tests.fixtures.server import RunningServer, ServerFactory
 
 # -- the rules, answer by answer ------------------------------------------------------------
@@ -182,7 +182,7 @@ def test_a_read_from_a_distant_server_raises_the_level_past_the_start(
     server, table_id = slow_table(server_factory)
     counting = InFlight()
     with Client(server.base_url, server.api_key, transport=counting) as client:
-        rows = sum(b.num_rows for b in read_batches(client, client.get_table(table_id), page_size=50))
+        rows = sum(b.num_rows for b in Extraction(client, client.get_table(table_id), page_size=50))
         peak = client.concurrency.peak
     assert rows == 2000
     assert peak > INITIAL
@@ -193,7 +193,7 @@ def test_the_cap_bounds_the_requests_in_flight(server_factory: ServerFactory) ->
     server, table_id = slow_table(server_factory, rows=1000)
     counting = InFlight()
     with Client(server.base_url, server.api_key, transport=counting, max_concurrency=3) as client:
-        rows = sum(b.num_rows for b in read_batches(client, client.get_table(table_id), page_size=50))
+        rows = sum(b.num_rows for b in Extraction(client, client.get_table(table_id), page_size=50))
         assert client.concurrency.peak <= 3
     assert rows == 1000
     assert counting.most == 3
@@ -203,10 +203,10 @@ def test_server_errors_bring_the_level_down(server_factory: ServerFactory) -> No
     server, table_id = slow_table(server_factory, fault_control=True)
     with Client(server.base_url, server.api_key, max_concurrency=32) as client:
         table = client.get_table(table_id)
-        sum(b.num_rows for b in read_batches(client, table, page_size=50))
+        sum(b.num_rows for b in Extraction(client, table, page_size=50))
         grown = client.concurrency.level
         assert grown > INITIAL
         server.set_faults(fail_rate=0.5, seed=7)
-        rows = sum(b.num_rows for b in read_batches(client, table, page_size=50))
+        rows = sum(b.num_rows for b in Extraction(client, table, page_size=50))
         assert rows == 2000  # retried through
         assert client.concurrency.level < grown

@@ -24,7 +24,7 @@ import pytest
 from connector.api import AsyncClient, Client
 from connector.api.engine import EngineError
 from connector.errors import ConfigError
-from connector.extract import Extraction, read_batches
+from connector.extract import Extraction
 from connector.push import apply, push
 from connector.workspace import Workspace
 from tests.fixtures.server import RunningServer
@@ -74,7 +74,7 @@ def test_a_sync_transport_carries_every_read_and_write(
         assert transport.seen == [("GET", "rows")]
 
         table = client.get_table(people)
-        assert len(read_batches(client, table, page_size=10).to_pandas()) == 30
+        assert len(Extraction(client, table, page_size=10).to_pandas()) == 30
         reads = transport.seen.count(("GET", "rows"))
         assert reads >= 4  # 30 rows in pages of 10, overlapping by one
 
@@ -102,7 +102,7 @@ def test_in_a_script_the_loop_runs_in_the_callers_thread(server: RunningServer, 
     before = threading.active_count()
     with Client(server.base_url, server.api_key) as client:
         loops = {client.run(_running_loop()) for _ in range(3)}
-        for _ in read_batches(client, client.get_table(people), page_size=10):
+        for _ in Extraction(client, client.get_table(people), page_size=10):
             assert threading.active_count() == before
         loops.add(client.run(_running_loop()))
     assert len(loops) == 1  # one loop for the client's life: its connections stay on it
@@ -119,7 +119,7 @@ def test_inside_a_running_loop_one_helper_thread_runs_the_clients_loop(
         mine = asyncio.get_running_loop()
         with Client(server.base_url, server.api_key, transport=transport) as client:
             rows = len(client.list_rows(people, limit=1000).rows)
-            frame = read_batches(client, client.get_table(people), page_size=10).to_pandas()
+            frame = Extraction(client, client.get_table(people), page_size=10).to_pandas()
             loops = {client.run(_running_loop()) for _ in range(3)}
             helpers = _engine_threads()
         assert mine not in loops
@@ -137,7 +137,7 @@ def test_stopping_a_read_early_leaves_nothing_reading_behind(
     transport = Recording()
     with Client(server.base_url, server.api_key, transport=transport) as client:
         table = client.get_table(people)
-        for batch in read_batches(client, table, page_size=2, concurrency=4):
+        for batch in Extraction(client, table, page_size=2, concurrency=4):
             assert batch.num_rows > 0
             break
         assert client.run(_other_tasks()) == 0  # the page reader and its fetches are gone
@@ -229,7 +229,7 @@ def test_an_async_transport_is_used_as_is(server: RunningServer, people: str) ->
             await inner.aclose()
 
     with Client(server.base_url, server.api_key, transport=Spy()) as client:
-        assert len(read_batches(client, client.get_table(people)).to_pandas()) == 30
+        assert len(Extraction(client, client.get_table(people)).to_pandas()) == 30
     assert seen and set(seen) == {"GET"}
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from connector.api import Client, RateLimiter
 from connector.api.ratelimit import limiter_for
-from connector.extract import read_batches
+from connector.extract import Extraction
 from tests.fixtures.server import ServerFactory
 
 
@@ -141,7 +141,7 @@ def test_a_rate_limited_server_is_read_near_its_limit_without_a_429_storm(
         table = client.get_table(table_id)
         time.sleep(1.0)  # the server's bucket refills: the read starts with its burst allowance
         started = time.monotonic()
-        rows = sum(b.num_rows for b in read_batches(client, table, page_size=25, concurrency=8))
+        rows = sum(b.num_rows for b in Extraction(client, table, page_size=25, concurrency=8))
         seconds = time.monotonic() - started
     requests = limiter.accepted + limiter.throttled
     assert rows == 3000

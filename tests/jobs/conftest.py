@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from connector.jobs.config import load_job
-from connector.jobs.runner import RunSummary, run_job
+from connector.jobs.run import run_job
+from connector.results import RunSummary
 from tests.fixtures.server import RunningServer
 
 PEOPLE = {

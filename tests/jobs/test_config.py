@@ -70,13 +70,11 @@ def test_a_full_job_is_read_into_typed_objects(tmp_path: Path) -> None:
         )
     )
     assert job.source.base_url == "http://127.0.0.1:9/v1"
-    assert job.tables.wants("tbl_1", "Orders")
-    assert not job.tables.wants("tbl_2", "Customers")  # excluded by id
-    assert not job.tables.wants("tbl_3", "Other")  # not included
-    assert job.tables.filter_for("tbl_1", "Orders") == (
-        Condition("Status", "eq", "open"),
-        Condition("Amount", "gt", 10),
-    )
+    assert job.tables.include == ("Orders", "tbl_2")
+    assert job.tables.exclude == ("tbl_2",)
+    assert job.tables.filters == ((
+        "Orders", (Condition("Status", "eq", "open"), Condition("Amount", "gt", 10)),
+    ),)
     assert [d.mode for d in job.destinations] == ["merge", "merge"]
     assert job.destinations[1].target == f"sqlite:///{tmp_path / 'wh.db'}"
     assert job.state_dir == tmp_path / "state"
@@ -161,7 +159,7 @@ BAD_CONFIGS = [
     ),
     pytest.param(
         GOOD_SOURCE + '[[destination]]\nurl = "not a url"\n',
-        "destination[0].url: is not a SQLAlchemy URL",
+        "destination[0].url: not a database URL",
         id="bad-sql-url",
     ),
     pytest.param(

@@ -18,8 +18,10 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
-from connector.jobs.config import Destination, one_shot_job
-from connector.jobs.runner import RunSummary, run_job
+from connector.destinations import DestinationConfig
+from connector.jobs.config import one_shot_job
+from connector.jobs.run import run_job
+from connector.results import RunSummary
 from tests.fixtures.server import ROOT, RunningServer, ServerFactory
 
 TABLES = 12
@@ -66,7 +68,7 @@ def many_tables(server_factory: ServerFactory, **options: Any) -> tuple[RunningS
     return server, tables
 
 
-def run(server: RunningServer, destination: Destination, transport: httpx.AsyncBaseTransport) -> RunSummary:
+def run(server: RunningServer, destination: DestinationConfig, transport: httpx.AsyncBaseTransport) -> RunSummary:
     job = one_shot_job("export", destination)
     environ = {"CONNECTOR_BASE_URL": server.base_url, "CONNECTOR_API_KEY": server.api_key}
     return run_job(job, environ=environ, transport=transport)
@@ -83,7 +85,7 @@ def test_an_export_of_many_tables_reads_them_at_once_and_writes_each_exactly(
     server, tables = many_tables(server_factory)
     seen = Overlap()
 
-    summary = run(server, Destination("parquet", str(tmp_path), "replace", "--out"), seen)
+    summary = run(server, DestinationConfig("parquet", str(tmp_path), "replace", "--out"), seen)
 
     assert summary.status == "ok" and len(summary.tables) == TABLES
     assert seen.most_tables_at_once >= 4
@@ -100,7 +102,7 @@ def test_a_sqlite_load_reads_in_parallel_and_writes_one_table_at_a_time(
     seen = Overlap()
     url = f"sqlite:///{tmp_path / 'wh.db'}"
 
-    summary = run(server, Destination("sql", url, "replace", "--to"), seen)
+    summary = run(server, DestinationConfig("sql", url, "replace", "--to"), seen)
 
     assert summary.status == "ok", summary
     assert seen.most_tables_at_once >= 4
@@ -121,7 +123,7 @@ def test_a_table_that_fails_does_not_stop_the_others(
                 return httpx.Response(404, json={"error": {"code": "NOT_FOUND", "message": "gone"}})
             return await super().handle_async_request(request)
 
-    summary = run(server, Destination("parquet", str(tmp_path), "replace", "--out"), Refusing())
+    summary = run(server, DestinationConfig("parquet", str(tmp_path), "replace", "--out"), Refusing())
 
     statuses = {t.table: t.status for t in summary.tables}
     assert statuses.pop("T05") == "failed"

@@ -17,7 +17,8 @@ import pytest
 
 from connector.errors import ConfigError, ExitCode
 from connector.jobs.config import Source, load_job
-from connector.jobs.runner import RunSummary, run_job
+from connector.jobs.run import run_job
+from connector.results import RunSummary
 from tests.fixtures.server import free_port
 from tests.jobs.conftest import MakeWorkspace, Proxy, Workspace
 
@@ -97,7 +98,7 @@ def test_a_table_that_fails_has_its_line_and_event_and_the_run_goes_on(
     assert reported["People"]["status"] == "failed"
     assert "no reading today" in str(reported["People"]["error"])
     assert reported["Notes"]["status"] == "ok", reported["Notes"]
-    from connector.jobs.cli import describe_event
+    from connector.reporting import describe_event
 
     line = describe_event("table", **reported["People"])
     assert line is not None and "FAILED: " in line and "no reading today" in line

@@ -15,7 +15,8 @@ import sqlalchemy as sa
 from connector.api import Client
 from connector.errors import ConfigError
 from connector.jobs.config import load_job
-from connector.jobs.runner import RunSummary, TableResult, run_job
+from connector.jobs.run import run_job
+from connector.results import RunSummary, TableResult
 from connector.jobs.state import load_state
 from tests.jobs.conftest import MakeWorkspace, Proxy, Workspace, person
 

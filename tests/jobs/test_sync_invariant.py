@@ -20,7 +20,8 @@ import pytest
 import sqlalchemy as sa
 
 from connector.jobs.config import load_job
-from connector.jobs.runner import RunSummary, run_job
+from connector.jobs.run import run_job
+from connector.results import RunSummary
 from tests.jobs.conftest import MakeWorkspace, Workspace, person
 
 ROWS = 2000

@@ -226,8 +226,8 @@ def summary_of(result: Result) -> dict[str, Any]:
 def test_json_summaries_have_syncs_fields_for_done_planned_partial_and_failed(
     server: RunningServer, tmp_path: Path
 ) -> None:
-    from connector.jobs.runner import PushResult as SyncPush
-    from connector.jobs.runner import RunSummary
+    from connector.results import PushResult as SyncPush
+    from connector.results import RunSummary
 
     sync_top = set(RunSummary("j", "ok", 0, False, "", "", None, []).to_dict())
     sync_push = set(asdict(SyncPush("f", "t", "ok")))

@@ -16,8 +16,8 @@ import pytest
 
 from connector.api import Client
 from connector.extract import Extraction
-from connector.load.csv import write_csv
-from connector.load.parquet import write_parquet
+from connector.destinations.formats import write_csv
+from connector.destinations.formats import write_parquet
 from connector.push import push
 from connector.schema import Table
 from tests.fixtures.server import ServerFactory
