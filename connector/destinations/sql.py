@@ -231,11 +231,15 @@ def _evolve(
         return wanted
     schema = _schema_of(wanted, target)
     names = renames(change.evolve)
-    rows = (conform(rename_fields(b, names), schema)
-            for b in _select(conn, held, target, [c.name for c in held.columns], live=False))
     rebuilt = _staging(wanted, conn)
     rebuilt.create(conn)
-    _insert(conn, rebuilt, rows)  # read as it is written: both tables exist until the swap
+    # Read as it is written: both tables exist until the swap. A COPY holds its connection,
+    # so the old rows (unchanged in this transaction so far) come over a second one, closed
+    # before the DROP below would wait for it.
+    with conn.engine.connect() if _copy_capable(conn) else contextlib.nullcontext(conn) as source:
+        rows = (conform(rename_fields(b, names), schema)
+                for b in _select(source, held, target, [c.name for c in held.columns], live=False))
+        _insert(conn, rebuilt, rows)
     conn.exec_driver_sql(f"DROP TABLE {quote(held.name)}")
     conn.exec_driver_sql(f"ALTER TABLE {quote(rebuilt.name)} RENAME TO {quote(wanted.name)}")
     return wanted
@@ -322,13 +326,19 @@ def _upsert(
         changes.create(conn)
         _copy(conn, changes, rows_in)
         insert = postgresql.insert(table).from_select(list(changes.columns.keys()), changes.select())
-        return int(conn.execute(_on_conflict(insert, key, others if update else [], clear)).rowcount)
+        statement = _on_conflict(insert, key, others if update else [], clear)
+        return int(conn.execute(statement, execution_options=_ROWCOUNT).rowcount)
     statement = _on_conflict(sqlite.insert(table), key, others if update else [], clear)
     done = 0
     for batch in rows_in:
         if batch.num_rows:
-            done += int(conn.execute(statement, _pylist(conn, batch)).rowcount)
+            done += int(conn.execute(statement, _pylist(conn, batch), execution_options=_ROWCOUNT).rowcount)
     return done
+
+
+#: SQLAlchemy keeps a cursor's row count only for UPDATE and DELETE unless asked: an INSERT's
+#: is -1 otherwise (PostgreSQL's INSERT ... SELECT ... ON CONFLICT).
+_ROWCOUNT = {"preserve_rowcount": True}
 
 
 def _on_conflict(insert: Any, key: sa.Column[Any], others: list[str], clear: bool) -> Any:

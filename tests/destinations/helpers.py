@@ -1,0 +1,299 @@
+"""Applying a change through the destination protocol, and reading what a destination holds
+with readers that share no code with it.
+
+    config(kind, location)      a checked `DestinationConfig` (`make_config`)
+    apply(config, rows, ...)    `open_destination(config).apply(Target(table, name), TableChange(...))`
+    Place                       one destination under test (a kind at a location), with its
+                                independent reader: `held` (every row, marked ones included,
+                                values as Python sees them) and `types` (each column's kind of
+                                value as the storage itself reports it)
+
+The readers are SQLAlchemy (SQLite, PostgreSQL) and sqlite3, duckdb, deltalake and pyarrow
+(through s3fs on object storage): never `scan`/`stored`, which are under test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import sqlalchemy as sa
+
+from connector.destinations import (
+    Committed,
+    DestinationConfig,
+    TableChange,
+    Target,
+    make_config,
+    open_destination,
+)
+from connector.destinations.evolve import SchemaOp
+from connector.ids import IdSet
+from connector.modes import WriteMode
+from connector.schema import Table, arrow_schema
+from tests.destinations.samples import TABLE
+from tests.fixtures.s3 import S3Bucket
+
+__all__ = ["Place", "apply", "config", "to_batches"]
+
+Rows = Sequence[dict[str, Any]] | Iterable[pa.RecordBatch]
+
+
+def config(kind: str, location: str, mode: WriteMode = "replace", **options: Any) -> DestinationConfig:
+    """A destination of `kind` (``url`` picks duckdb or sql by scheme) at `location`."""
+    return make_config(kind, location, mode=mode, where="test", base=Path.cwd(), **options)
+
+
+def to_batches(rows: Rows, table: Table = TABLE, size: int = 3) -> Iterable[pa.RecordBatch]:
+    """`rows` as Arrow batches of `table`'s rows schema (dicts are converted, batches kept)."""
+    if isinstance(rows, Sequence) and (not rows or isinstance(rows[0], dict)):
+        schema = arrow_schema(table)
+        listed = list(rows)
+        return [pa.RecordBatch.from_pylist(listed[i : i + size], schema=schema)  # type: ignore[arg-type]
+                for i in range(0, len(listed), size)]
+    return rows  # type: ignore[return-value]
+
+
+def apply(
+    destination: DestinationConfig,
+    rows: Rows = (),
+    *,
+    table: Table = TABLE,
+    name: str | None = None,
+    mode: WriteMode | None = None,
+    deleted: Sequence[str] = (),
+    mark: bool = False,
+    evolve: tuple[SchemaOp, ...] = (),
+    ids: IdSet | None = None,
+) -> Committed:
+    """One change applied through the protocol, the destination opened and closed around it."""
+    opened = open_destination(destination)
+    try:
+        change = TableChange(
+            mode or destination.mode,
+            to_batches(rows, table),
+            deleted=pa.array(list(deleted), pa.string()),
+            mark=mark,
+            evolve=evolve,
+            ids=ids,
+        )
+        return opened.apply(Target(table, name or table.name), change)
+    finally:
+        opened.close()
+
+
+# --- independent readers -------------------------------------------------------------------
+
+#: What the storage reports for a column, in these words.
+TEXT, CHOICE, NUMBER, CHECKBOX, DATE, TIMESTAMP = (
+    "text", "choice", "number", "checkbox", "date", "timestamp")
+
+
+def _utc(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return value
+
+
+def _arrow_kind(type_: pa.DataType) -> str:
+    if pa.types.is_dictionary(type_):
+        return CHOICE
+    if pa.types.is_floating(type_):
+        return NUMBER
+    if pa.types.is_boolean(type_):
+        return CHECKBOX
+    if pa.types.is_date(type_):
+        return DATE
+    if pa.types.is_timestamp(type_):
+        return TIMESTAMP
+    if pa.types.is_string(type_) or pa.types.is_large_string(type_) or pa.types.is_string_view(type_):
+        return TEXT
+    return str(type_)
+
+
+def _sql_kind(type_: sa.types.TypeEngine[Any]) -> str:
+    if isinstance(type_, sa.DateTime):
+        return TIMESTAMP
+    if isinstance(type_, sa.Date):
+        return DATE
+    if isinstance(type_, sa.Boolean):
+        return CHECKBOX
+    if isinstance(type_, sa.Float | sa.Numeric):
+        return NUMBER
+    if isinstance(type_, sa.String):
+        return TEXT
+    return str(type_)
+
+
+_DUCK_KINDS = {"VARCHAR": TEXT, "DOUBLE": NUMBER, "BOOLEAN": CHECKBOX, "DATE": DATE,
+               "TIMESTAMP WITH TIME ZONE": TIMESTAMP}
+
+
+@dataclass(frozen=True)
+class Place:
+    """One destination under test: `kind` (``parquet``, ``sqlite``, ``postgresql``,
+    ``duckdb``, ``delta``, ``parquet-s3``, ``delta-s3``) at `location`."""
+
+    kind: str
+    location: str
+    s3: S3Bucket | None = None
+
+    @property
+    def registry_kind(self) -> str:
+        return {"sqlite": "url", "postgresql": "url", "duckdb": "url"}.get(
+            self.kind, self.kind.removesuffix("-s3"))
+
+    def config(self, mode: WriteMode = "replace") -> DestinationConfig:
+        return config(self.registry_kind, self.location, mode)
+
+    def apply(self, rows: Rows = (), **kwargs: Any) -> Committed:
+        return apply(self.config(kwargs.get("mode") or "replace"), rows, **kwargs)
+
+    @property
+    def stores_choices(self) -> bool:
+        """Whether a choice column is stored as such (a Parquet dictionary) rather than text."""
+        return self.kind.startswith("parquet")
+
+    # -- reading back
+
+    def held(self, name: str = "orders") -> dict[str, dict[str, Any]] | None:
+        """Every row the table holds (marked ones too) by id, timestamps in UTC; None when
+        there is no table."""
+        rows = self._rows(name)
+        if rows is None:
+            return None
+        id_name = next(k for k in ("_id", "__id", "___id") if not rows or k in rows[0])
+        out = {r[id_name]: {k: _utc(v) for k, v in r.items()} for r in rows}
+        assert len(out) == len(rows), f"{self.kind}: ids held more than once"
+        return out
+
+    def types(self, name: str = "orders") -> dict[str, str]:
+        """Each column's kind of value (``text``, ``choice``, ``number``, ...) as the storage
+        declares it, in the table's column order."""
+        if self.kind in ("sqlite", "postgresql"):
+            with self._engine() as engine:
+                return {c["name"]: _sql_kind(c["type"])
+                        for c in sa.inspect(engine).get_columns(name)}
+        if self.kind == "duckdb":
+            return {r[0]: _DUCK_KINDS.get(r[1], r[1])
+                    for r in self.duck(f'DESCRIBE "{_dq(name)}"')}
+        return {f.name: _arrow_kind(f.type) for f in self._arrow(name).schema}
+
+    def storage_classes(self, name: str, column: str) -> set[str]:
+        """SQLite only: the storage classes the column's values have (``typeof``): what a
+        column's affinity did to them, which its declared type does not show."""
+        assert self.kind == "sqlite"
+        path = self.location.removeprefix("sqlite:///")
+        with contextlib.closing(sqlite3.connect(path)) as con:
+            q = '"' + column.replace('"', '""') + '"'
+            rows = con.execute(f'SELECT DISTINCT typeof({q}) FROM "{_dq(name)}"').fetchall()
+        return {r[0] for r in rows}
+
+    def tables(self) -> list[str]:
+        """The tables (or table folders / files) the destination holds, sorted."""
+        if self.kind in ("sqlite", "postgresql"):
+            with self._engine() as engine:
+                return sorted(sa.inspect(engine).get_table_names())
+        if self.kind == "duckdb":
+            return sorted(r[0] for r in self.duck("SELECT table_name FROM duckdb_tables()"))
+        if self.s3 is not None:
+            prefix = self.location.removeprefix(f"s3://{self.s3.name}/") + "/"
+            return sorted({k.removeprefix(prefix).split("/")[0] for k in self.s3.objects(prefix)})
+        folder = Path(self.location)
+        return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+    def duck(self, sql: str) -> list[tuple[Any, ...]]:
+        """`sql` over the DuckDB file through a read-only connection of duckdb's own."""
+        import duckdb
+
+        path = self.location.removeprefix("duckdb:///")
+        with contextlib.closing(duckdb.connect(path, read_only=True)) as con:
+            con.execute("SET TimeZone = 'UTC'")
+            return con.execute(sql).fetchall()
+
+    def delta_version(self, name: str = "orders") -> int:
+        from deltalake import DeltaTable
+
+        return int(DeltaTable(self._uri(name), storage_options=self._options()).version())
+
+    # -- per storage
+
+    @contextlib.contextmanager
+    def _engine(self) -> Iterator[sa.Engine]:
+        engine = sa.create_engine(self.location)
+        try:
+            yield engine
+        finally:
+            engine.dispose()
+
+    def _rows(self, name: str) -> list[dict[str, Any]] | None:
+        if self.kind in ("sqlite", "postgresql"):
+            with self._engine() as engine:
+                if not sa.inspect(engine).has_table(name):
+                    return None
+                table = sa.Table(name, sa.MetaData(), autoload_with=engine)
+                with engine.connect() as conn:
+                    return [dict(r) for r in conn.execute(sa.select(table)).mappings()]
+        if self.kind == "duckdb":
+            import duckdb
+
+            path = self.location.removeprefix("duckdb:///")
+            if not Path(path).exists():
+                return None
+            with contextlib.closing(duckdb.connect(path, read_only=True)) as con:
+                con.execute("SET TimeZone = 'UTC'")
+                found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?",
+                                    [name]).fetchone()
+                if not found or not found[0]:
+                    return None
+                result = con.execute(f'SELECT * FROM "{_dq(name)}"')
+                columns = [d[0] for d in result.description]
+                return [dict(zip(columns, r, strict=True)) for r in result.fetchall()]
+        if not self._exists(name):
+            return None
+        return self._arrow(name).to_pylist()
+
+    def _uri(self, name: str) -> str:
+        suffix = ".parquet" if self.kind.startswith("parquet") else ""
+        return f"{self.location.rstrip('/')}/{name}{suffix}"
+
+    def _options(self) -> dict[str, str] | None:
+        if self.s3 is None:
+            return None
+        return {"AWS_ENDPOINT_URL": self.s3.server.endpoint, "AWS_ALLOW_HTTP": "true",
+                "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing"}
+
+    def _exists(self, name: str) -> bool:
+        if self.kind.startswith("delta"):
+            from deltalake import DeltaTable
+
+            return bool(DeltaTable.is_deltatable(self._uri(name), self._options()))
+        if self.s3 is not None:
+            key = self._uri(name).removeprefix(f"s3://{self.s3.name}/")
+            return key in self.s3.objects(key)
+        return Path(self._uri(name)).is_file()
+
+    def _arrow(self, name: str) -> pa.Table:
+        if self.kind.startswith("delta"):
+            from deltalake import DeltaTable
+
+            return DeltaTable(self._uri(name), storage_options=self._options()).to_pyarrow_table()
+        if self.s3 is not None:
+            import s3fs
+
+            fs = s3fs.S3FileSystem(skip_instance_cache=True)
+            with fs.open(self._uri(name).removeprefix("s3://"), "rb") as f:
+                return pq.read_table(f)
+        return pq.read_table(self._uri(name))
+
+
+def _dq(name: str) -> str:
+    return name.replace('"', '""')
