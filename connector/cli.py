@@ -146,9 +146,12 @@ class _Root(click.Group):
                 click.echo(redact(traceback.format_exc()).rstrip("\n"), err=True)
             click.secho(f"error: {exc}", fg="red", err=True)
             ctx.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            ctx.exit(ExitCode.INTERRUPTED)
+        except KeyboardInterrupt as exc:  # a stop, while a command loaded or ran
+            from connector.process import interrupt_code
+
+            code = interrupt_code(exc)
+            click.echo("interrupted" if code == ExitCode.INTERRUPTED else "terminated", err=True)
+            ctx.exit(code)
 
 
 def _max_wait(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
@@ -239,12 +242,16 @@ def main(ctx: click.Context, debug: bool, max_wait: float | None) -> None:
       143  terminated (SIGTERM)
     """
     from connector.api.retry import default_max_wait
+    from connector.process import stop_signals
 
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
     ctx.obj["max_wait"] = max_wait
     _setup_logging(ctx, debug)
     ctx.with_resource(default_max_wait(max_wait))
+    # From here to the command's end, Ctrl-C and SIGTERM unwind as a stop (130 / 143), while
+    # the command's module loads too; commands that run jobs report it in their summary.
+    ctx.with_resource(stop_signals())
 
 
 # The other areas' commands (serve, server, keys, sync, export, load) are in `_LAZY`.

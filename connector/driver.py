@@ -11,7 +11,7 @@ lines) and an exit code (`connector.errors.ExitCode`):
 
 The text of errors is one line on stderr (``error: ...``), never a traceback unless
 ``--debug``. A table thread that did not stop in time does not hold the process open
-(`connector.jobs.process.exit_now`).
+(`connector.process.exit_now`).
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ def drive(
     people, its error included. `events`: the command reports as a stream of JSON events
     (sync's ``--log-format json``), which hears of a run stopped before it began as its last
     event; the stop then prints no line of its own."""
-    from connector.jobs.process import exit_now, stop_signals, use_system_allocator
     from connector.jobs.run import failed_summary, interrupted_summary
     from connector.jobs.stamps import now
+    from connector.process import exit_now, stop_signals, use_system_allocator
 
     started, began = now(), time.monotonic()
     made: RunSummary | None = None

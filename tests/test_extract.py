@@ -16,8 +16,8 @@ import pyarrow as pa
 import pytest
 
 from connector.api import Client, RateLimiter, RetryPolicy
-from connector.errors import ConfigError
 from connector.arrays import string_array
+from connector.errors import ConfigError
 from connector.extract import CellWarning, Extraction
 from connector.schema import Table, UnknownColumnTypeWarning, arrow_schema
 from tests.fixtures.server import RunningServer, ServerFactory

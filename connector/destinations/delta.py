@@ -156,7 +156,8 @@ class DeltaDestination:
             return self._merge(uri, table, target, change, schema, add=not set(schema.names) <= held)
 
     def _overwrite(self, uri: str, rows: Iterable[pa.RecordBatch], schema: pa.Schema) -> int:
-        with self._spool(rows, schema) as (reader, count):
+        fitted = (conform(b, schema) for b in rows)
+        with self._spool(fitted, schema) as (reader, count):
             self.deltalake.write_deltalake(
                 uri, reader, mode="overwrite", schema_mode="overwrite",
                 storage_options=self._options(uri),

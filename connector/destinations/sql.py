@@ -94,7 +94,17 @@ class SqlDestination:
     def locate(self, target: Target) -> str:
         return target.name
 
+    def _absent(self) -> bool:
+        """A SQLite file not created yet: nothing is held (and asking must not create it:
+        a dry run writes nothing)."""
+        url = sa.make_url(self.config.target)
+        return url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:") and (
+            not Path(url.database).is_file()
+        )
+
     def stored(self, target: Target) -> pa.Schema | None:
+        if self._absent():
+            return None
         with self._failures("reading", target), self.engine.connect() as conn:
             table = _reflect(conn, target.name)
             return None if table is None else _arrow_schema(table, target)
@@ -102,6 +112,8 @@ class SqlDestination:
     def scan(
         self, target: Target, columns: Sequence[str], *, updated_after: datetime | None = None
     ) -> Iterator[pa.RecordBatch]:
+        if self._absent():
+            return
         with self._failures("reading", target), self.engine.connect() as conn:
             table = _reflect(conn, target.name)
             if table is None:

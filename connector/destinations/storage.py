@@ -107,7 +107,7 @@ def _bounded(module: str, timeout: float) -> dict[str, Any]:
     if module == "s3fs":
         retries = {"max_attempts": 3, "mode": "standard"}
         config = {"connect_timeout": timeout, "read_timeout": timeout, "retries": retries}
-        return {"config_kwargs": config, "retries": 2}
+        return {"config_kwargs": config}
     if module == "gcsfs":
         return {"timeout": timeout, "retries": 2}
     return {}

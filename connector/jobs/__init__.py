@@ -9,7 +9,7 @@
     reads       reads through the one page reader  deletions  which rows go, never a live one
     spool       rows kept until written            verify     --verify: digests compared
     state       cursors, columns, windows          lock       one run of a job at a time
-    process     signals and stops                  stamps     the API's timestamps
+    stamps      the API's timestamps
     cli         sync, export, load
 """
 

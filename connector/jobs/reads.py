@@ -192,7 +192,7 @@ class TableReads:
 
 def counted(batches: Iterable[pa.RecordBatch], bar: Progress | None) -> Iterator[pa.RecordBatch]:
     """Batches passed on, each counted on `bar`; a stop asked for is raised between them."""
-    from connector.jobs.process import raise_if_stopped
+    from connector.process import raise_if_stopped
 
     for batch in batches:
         raise_if_stopped()  # a table thread sees a stop at its next batch

@@ -51,15 +51,15 @@ from connector.errors import ConfigError, ConnectorError
 from connector.jobs.choose import choose
 from connector.jobs.config import Job, PushSpec
 from connector.jobs.context import Reporter, RunContext
-from connector.jobs.process import (
+from connector.jobs.schedule import run_tables
+from connector.jobs.stamps import now
+from connector.jobs.state import JobState, RunRecord, load_state, save_state
+from connector.process import (
     interrupt_code,
     interrupt_message,
     raise_if_stopped,
     stop_signals,
 )
-from connector.jobs.schedule import run_tables
-from connector.jobs.stamps import now
-from connector.jobs.state import JobState, RunRecord, load_state, save_state
 from connector.results import PushResult, RunSummary, TableResult, outcome
 
 __all__ = ["failed_summary", "interrupted_summary", "run_job"]

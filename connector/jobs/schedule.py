@@ -7,7 +7,7 @@ while, and a signal handler runs only between Python instructions of the thread 
 on). An error that ends the run (a bad key, a setting) or a stop lets no table start and
 cancels the requests of those in flight; each rolls back as a single stopped table does.
 The workers are given `STOP_GRACE` seconds to unwind; one that does not is left behind (see
-`connector.jobs.process.exit_now`).
+`connector.process.exit_now`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from pathlib import Path
 from connector.errors import AuthError, ConfigError, ConnectorError, PermissionDenied
 from connector.jobs.choose import Chosen, Filter
 from connector.jobs.context import RunContext
-from connector.jobs.process import STOP_GRACE, raise_if_stopped
 from connector.jobs.table import TableSync
+from connector.process import STOP_GRACE, raise_if_stopped
 from connector.progress import Progress, progress
 from connector.results import TableResult
 from connector.schema import Table

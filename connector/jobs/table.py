@@ -40,12 +40,12 @@ from connector.ids import IdSet
 from connector.jobs.choose import Filter
 from connector.jobs.context import RunContext
 from connector.jobs.deletions import deleted_ids
-from connector.jobs.process import raise_if_stopped
 from connector.jobs.reads import TableReads, counted, lower_bound
 from connector.jobs.spool import Spool
 from connector.jobs.stamps import EPOCH, newer, now, parse
 from connector.jobs.state import TableState
 from connector.jobs.verify import Digest, batch_digest
+from connector.process import raise_if_stopped
 from connector.progress import progress
 from connector.results import TableResult, Verified
 from connector.schema import Column, Table

@@ -1,4 +1,10 @@
-"""Shared pieces for job tests: a small typed table on a real server, and job files for it."""
+"""Shared pieces for job tests: a small typed table on a real server, and job files for it.
+
+Tests that specify the incremental read itself (what it reads, its requests) set
+``lookback = 0``: every row of these tests is seconds old, so the default window would read
+them all again (and, correctly, write none of them). The window has its own tests
+(tests/jobs/test_lookback.py), which run with the default.
+"""
 
 from __future__ import annotations
 

@@ -124,7 +124,7 @@ def test_kill_9_mid_sync_leaves_state_and_outputs_then_a_rerun_is_correct(
     make_workspace: MakeWorkspace, tmp_path: Path
 ) -> None:
     ws = make_workspace(people=50, latency_ms=40)
-    job = ws.job("[sync]\nincremental = true\n" + PARQUET, concurrency=1)
+    job = ws.job("[sync]\nincremental = true\nlookback = 0\n" + PARQUET, concurrency=1)
     assert ws.run(job).status == "ok"
     state_before = (tmp_path / "job.state.json").read_bytes()
     parquet_before = (tmp_path / "pq" / "People.parquet").read_bytes()
@@ -183,8 +183,8 @@ def test_kill_9_while_a_sql_destination_is_written_keeps_the_previous_rows(
 ) -> None:
     """The kill lands inside the write's transaction (SQLite: its rollback journal exists;
     PostgreSQL: a COPY is running), and the table is then exactly what the last run left."""
+    from tests.destinations.samples import kill_when
     from tests.jobs.test_sync_invariant import server_rows, sql_rows
-    from tests.load.samples import kill_when
 
     ws = make_workspace(people=200)
     if warehouse == "sqlite":
@@ -208,7 +208,7 @@ def test_kill_9_while_a_sql_destination_is_written_keeps_the_previous_rows(
     job = tmp_path / "job.toml"
     job.write_text(
         '[source]\napi_key_env = "JOB_KEY"\npage_size = 1000\n[tables]\ninclude = ["People"]\n'
-        f'[sync]\nincremental = true\n[[destination]]\nurl = "{url}"\n'
+        f'[sync]\nincremental = true\nlookback = 0\n[[destination]]\nurl = "{url}"\n'
     )
     assert ws.run(job).status == "ok"
     before = sql_rows(url)

@@ -21,7 +21,7 @@ from tests.jobs.test_sync import EXPECTED_AFTER_CHANGES, NAMES, change_people, r
 from tests.jobs.test_sync_invariant import Snapshot, _cells, server_rows
 
 DUCK = '[[destination]]\nurl = "duckdb:///out/wh.duckdb"\n'
-INCREMENTAL = "[sync]\nincremental = true\n"
+INCREMENTAL = "[sync]\nincremental = true\nlookback = 0\n"
 
 
 def query(path: Path, sql: str) -> list[tuple[Any, ...]]:
@@ -78,7 +78,7 @@ def test_incremental_sync_picks_up_creates_updates_and_deletes(
 
 
 def test_deleted_rows_can_be_marked_instead_of_removed(workspace: Workspace, tmp_path: Path) -> None:
-    job = workspace.job("[sync]\nincremental = true\ndeletes = 'mark'\n" + DUCK)
+    job = workspace.job("[sync]\nincremental = true\nlookback = 0\ndeletes = 'mark'\n" + DUCK)
     workspace.run(job)
     change_people(workspace)
 

@@ -22,7 +22,7 @@ from tests.jobs.conftest import MakeWorkspace, Workspace
 
 ROOT = Path(__file__).resolve().parents[2]
 BOTH = (
-    '[tables]\ninclude = ["Notes", "People"]\n[sync]\nincremental = true\n'
+    '[tables]\ninclude = ["Notes", "People"]\n[sync]\nincremental = true\nlookback = 0\n'
     '[[destination]]\nparquet = "pq"\n'
 )
 SIGNALS = {"SIGINT": (signal.SIGINT, ExitCode.INTERRUPTED), "SIGTERM": (signal.SIGTERM,

@@ -20,7 +20,7 @@ from tests.fixtures.s3 import S3Bucket
 from tests.jobs.conftest import Workspace
 from tests.jobs.test_sync import EXPECTED_AFTER_CHANGES, NAMES, change_people, result
 
-INCREMENTAL = "[sync]\nincremental = true\n"
+INCREMENTAL = "[sync]\nincremental = true\nlookback = 0\n"
 
 
 def reader_options(s3: S3Bucket) -> dict[str, str]:
@@ -47,7 +47,7 @@ def test_incremental_sync_into_s3_parquet_and_delta(workspace: Workspace, s3: S3
         + f'[[destination]]\ndelta = "{s3.url("lake")}"\n'
     )
     first = workspace.run(job)
-    assert first.status == "ok", [t.error for t in first.tables]
+    assert first.status == "ok", (first.error, [t.error for t in first.tables])
     assert result(first, "People").targets == (
         s3.url("pq/People.parquet"), s3.url("lake/People"),
     )
@@ -76,14 +76,16 @@ def test_incremental_sync_into_s3_parquet_and_delta(workspace: Workspace, s3: S3
 
 def test_deleted_rows_are_marked_in_delta_and_s3_parquet(workspace: Workspace, s3: S3Bucket, tmp_path: Path) -> None:
     job = workspace.job(
-        "[sync]\nincremental = true\ndeletes = 'mark'\n"
+        "[sync]\nincremental = true\nlookback = 0\ndeletes = 'mark'\n"
         + '[[destination]]\ndelta = "lake"\n'
         + f'[[destination]]\nparquet = "{s3.url("pq")}"\n'
     )
-    workspace.run(job)
+    first = workspace.run(job)
+    assert first.status == "ok", (first.error, [t.error for t in first.tables])
     change_people(workspace)
 
-    workspace.run(job)
+    second = workspace.run(job)
+    assert second.status == "ok", (second.error, [t.error for t in second.tables])
 
     for held in (delta_people(str(tmp_path / "lake" / "People")), s3_parquet(s3, "pq/People.parquet")):
         assert sorted(held) == sorted([*NAMES, "P100"])

@@ -16,8 +16,8 @@ from connector.api import Client
 from connector.errors import ConfigError
 from connector.jobs.config import load_job
 from connector.jobs.run import run_job
-from connector.results import RunSummary, TableResult
 from connector.jobs.state import load_state
+from connector.results import RunSummary, TableResult
 from tests.jobs.conftest import MakeWorkspace, Proxy, Workspace, person
 
 BOTH = """
@@ -26,7 +26,7 @@ parquet = "pq"
 [[destination]]
 url = "sqlite:///wh.db"
 """
-INCREMENTAL = "[sync]\nincremental = true\n"
+INCREMENTAL = "[sync]\nincremental = true\nlookback = 0\n"
 NAMES = [f"P{i:03d}" for i in range(10)]
 
 
@@ -155,7 +155,7 @@ def test_incremental_sync_into_postgresql(workspace: Workspace, postgres_db: str
 def test_deleted_rows_can_be_marked_instead_of_removed(
     workspace: Workspace, tmp_path: Path
 ) -> None:
-    job = workspace.job("[sync]\nincremental = true\ndeletes = 'mark'\n" + BOTH)
+    job = workspace.job("[sync]\nincremental = true\nlookback = 0\ndeletes = 'mark'\n" + BOTH)
     workspace.run(job)
     change_people(workspace)
 
@@ -404,7 +404,7 @@ def test_a_sync_rides_out_throttling_and_server_errors(
 
 
 def test_deleted_rows_can_be_kept(workspace: Workspace, tmp_path: Path) -> None:
-    job = workspace.job("[sync]\nincremental = true\ndeletes = 'keep'\n" + BOTH)
+    job = workspace.job("[sync]\nincremental = true\nlookback = 0\ndeletes = 'keep'\n" + BOTH)
     workspace.run(job)
     change_people(workspace)
 
@@ -552,7 +552,7 @@ def test_where_sorting_by_updated_at_is_refused_too_the_fallback_still_converges
 def test_the_state_counts_the_rows_held_when_deleted_rows_are_kept(
     workspace: Workspace, tmp_path: Path
 ) -> None:
-    job = workspace.job("[sync]\nincremental = true\ndeletes = 'keep'\n" + BOTH)
+    job = workspace.job("[sync]\nincremental = true\nlookback = 0\ndeletes = 'keep'\n" + BOTH)
     workspace.run(job)
     change_people(workspace)
 

@@ -15,9 +15,8 @@ import pandas as pd
 import pytest
 
 from connector.api import Client
+from connector.destinations.formats import write_csv, write_parquet
 from connector.extract import Extraction
-from connector.destinations.formats import write_csv
-from connector.destinations.formats import write_parquet
 from connector.push import push
 from connector.schema import Table
 from tests.fixtures.server import ServerFactory

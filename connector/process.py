@@ -1,6 +1,7 @@
 """The process a run lives in: stops by signal, and what is left when one comes.
 
-Ctrl-C and a scheduler's SIGTERM unwind a run like an error (temporary files go, database
+Cheap to import: the CLI installs `stop_signals` for every command before it imports the
+command's module. Ctrl-C and a scheduler's SIGTERM unwind a run like an error (temporary files go, database
 transactions roll back, the lock is released, the summary is printed) and end it with 130 or
 143. Tables run on worker threads and the main thread only waits, so a stop is seen at once
 whatever a destination is doing; a worker that does not unwind within `STOP_GRACE` seconds
@@ -16,8 +17,6 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-import pyarrow as pa
 
 from connector.errors import ExitCode
 
@@ -112,6 +111,8 @@ def use_system_allocator() -> None:
     a Parquet file back (a merge) or a read's worker threads then show tens of MB more peak
     RSS than they use. A library call leaves the process's choice alone.
     """
+    import pyarrow as pa
+
     pa.set_memory_pool(pa.system_memory_pool())
 
 
