@@ -12,7 +12,9 @@ import pyarrow.csv as pacsv
 from connector.load.atomic import atomic_path
 from connector.load.parquet import conform
 
-__all__ = ["FORMULA_STARTS", "as_text", "excel_safe", "excel_safe_batch", "write_csv"]
+__all__ = [
+    "FORMULA_STARTS", "as_text", "excel_safe", "excel_safe_batch", "undo_excel_safe", "write_csv",
+]
 
 #: First characters that make a spreadsheet run a cell as a formula (OWASP CSV injection).
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -67,6 +69,13 @@ def excel_safe(text: str) -> str:
     ``+``, ``-``, ``@``, a tab or a carriage return gets a leading ``'`` (OWASP's advice
     against CSV injection). Other text is returned as it is."""
     return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
+def undo_excel_safe(text: str) -> str:
+    """`excel_safe` undone: the ``'`` it put before a formula start is taken off, so a file
+    exported with ``--excel-safe`` reads back as the values exported. Nothing else changes:
+    a ``'`` before any other character is data."""
+    return text[1:] if text.startswith("'") and text[1:].startswith(FORMULA_STARTS) else text
 
 
 def excel_safe_batch(batch: pa.RecordBatch) -> pa.RecordBatch:

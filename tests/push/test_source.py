@@ -164,7 +164,7 @@ def test_formulas_are_read_as_their_saved_values_and_never_as_empty(tmp_path: Pa
 
 
 def test_a_workbook_without_formulas_is_read_once(tmp_path: Path) -> None:
-    from connector.push.source import _has_formulas
+    from connector.push.source import _FORMULA_TAG, _sheets_hold
 
     book = openpyxl.Workbook()
     sheet = book.active
@@ -172,5 +172,5 @@ def test_a_workbook_without_formulas_is_read_once(tmp_path: Path) -> None:
     sheet.append(["Name", "Note"])
     sheet.append(["Ann", "<f> is text here, escaped in the XML"])
     book.save(tmp_path / "plain.xlsx")
-    assert not _has_formulas(tmp_path / "plain.xlsx")
+    assert not _sheets_hold(tmp_path / "plain.xlsx", _FORMULA_TAG)
     assert read_source(tmp_path / "plain.xlsx").frame.iloc[0, 1].startswith("<f>")
