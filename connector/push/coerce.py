@@ -449,7 +449,7 @@ def _text_from_number(value: Any) -> tuple[str, str]:
 def _text_from_date(value: Any) -> tuple[str, str]:
     stamp = pd.Timestamp(value)
     if stamp == stamp.normalize():
-        return stamp.strftime("%Y-%m-%d"), "text from date"
+        return stamp.date().isoformat(), "text from date"  # strftime drops a year's zeros
     return stamp.isoformat(sep=" "), "text from date"
 
 
@@ -463,7 +463,7 @@ def _date_from_date(value: Any) -> tuple[str, str | None] | None:
     if stamp != stamp.normalize():
         return None
     counted = None if type(value) is dt.date else "date from date-time at midnight"
-    return stamp.strftime("%Y-%m-%d"), counted
+    return stamp.date().isoformat(), counted  # 0999-01-01: strftime would drop the zero
 
 
 def _date_from_serial(value: Any) -> tuple[str, str] | None:

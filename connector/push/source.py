@@ -131,6 +131,8 @@ def _read(
     suffix = path.suffix.lower()
     if sheet is not None and suffix not in (".xlsx", ".xlsm"):
         raise SourceError(f"{path}: --sheet applies to Excel files only")
+    if merged_cells != "refuse" and suffix not in (".xlsx", ".xlsm"):
+        raise SourceError(f"{path}: --merged-cells applies to Excel files only")
     if suffix in (".xls", ".ods", ".numbers"):
         raise SourceError(f"{path}: {suffix} files are not read; save the sheet as .xlsx or CSV")
     if suffix in (".xlsx", ".xlsm"):
