@@ -167,7 +167,9 @@ def _read_csv(path: Path, markers: frozenset[str]) -> Source:
     try:
         cells = pd.read_csv(io.StringIO(text), **options)
         # The header's names are names, even one that reads like a marker.
-        first = pd.read_csv(io.StringIO(text), **options | {"nrows": 1, "na_values": []})
+        first = cells if not markers else pd.read_csv(
+            io.StringIO(text), **options | {"nrows": 1, "na_values": []}
+        )
     except (pd.errors.ParserError, ValueError) as exc:
         raise SourceError(f"{path}: malformed CSV: {_one_line(exc)}") from None
     header = [str(h).strip() for h in first.iloc[0].tolist()]

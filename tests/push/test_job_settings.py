@@ -39,6 +39,6 @@ def test_the_settings_are_read(tmp_path: Path) -> None:
     ('merged_cells = "fill"\n', "people.csv", "push[0].merged_cells: only applies to Excel files"),
 ])
 def test_bad_settings_name_the_key(tmp_path: Path, settings: str, file: str, message: str) -> None:
-    with pytest.raises(ConfigError, match="job.toml") as caught:
+    with pytest.raises(ConfigError, match=r"job\.toml") as caught:
         load_job(job(tmp_path, settings, file))
     assert message in str(caught.value)
