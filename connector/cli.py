@@ -54,12 +54,12 @@ _starting = _catch_starting()
 import importlib  # noqa: E402
 import logging  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import Any, cast  # noqa: E402
 
 import click  # noqa: E402
 
 from connector.errors import ConnectorError, ExitCode  # noqa: E402
-from connector.modes import DEFAULT_PUSH_MODE, PUSH_MODES  # noqa: E402
+from connector.modes import DEFAULT_PUSH_MODE, MERGED_CELLS, PUSH_MODES, MergedCells  # noqa: E402
 
 
 class _UsageLine(click.ClickException):
@@ -358,6 +358,16 @@ def _cap(max_concurrency: int | None, concurrency: int | None) -> int | None:
     return concurrency
 
 
+def _null_values(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[str, ...]:
+    """``--null-values NA,-`` as its markers; an empty one is refused (empty is always empty)."""
+    if value is None:
+        return ()
+    markers = tuple(v.strip() for v in value.split(","))
+    if not all(markers):
+        raise click.BadParameter(f"{value!r}: give non-empty texts separated by commas, like NA,-")
+    return markers
+
+
 @main.command("push")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--table", required=True, help="Table name or id.")
@@ -390,6 +400,21 @@ def _cap(max_concurrency: int | None, concurrency: int | None) -> int | None:
     help="Read day/month dates such as 05/03/2024 with this strptime format (%d/%m/%Y or "
     "%m/%d/%Y); needed only where a date column leaves the order open.",
 )
+@click.option(
+    "--null-values", metavar="A,B,...", callback=_null_values,
+    help="Cell texts that mean an empty cell, comma-separated (e.g. NA,-). By default only an "
+    "empty cell is empty: None, null or NA is text.",
+)
+@click.option(
+    "--excel-safe", is_flag=True,
+    help="FILE came from `export --format csv --excel-safe`: take off the ' it put before "
+    "text starting with = + - @ (or a tab or carriage return), in the header too.",
+)
+@click.option(
+    "--merged-cells", type=click.Choice(MERGED_CELLS), default="refuse", show_default=True,
+    help="Excel: refuse a sheet with merged cells (naming each range), or fill the cells a "
+    "merge covers with its value.",
+)
 @_base_url_option
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON summary (the shape `connector sync --log-format json` prints).")
@@ -398,7 +423,8 @@ def push_command(
     ctx: click.Context, file: Path, table: str, key: str, mode: str, sheet: str | None,
     dry_run: bool, plan_out: Path | None, max_delete_ratio: float | None,
     allow_delete: int | None, rejects: Path | None, max_concurrency: int | None,
-    concurrency: int | None, date_format: str | None, base_url: str | None, as_json: bool,
+    concurrency: int | None, date_format: str | None, null_values: tuple[str, ...],
+    excel_safe: bool, merged_cells: str, base_url: str | None, as_json: bool,
 ) -> None:
     """Make TABLE match FILE (CSV, .xlsx or Parquet) by --key: validate, plan, apply.
 
@@ -432,6 +458,8 @@ def push_command(
                 client, file, table=table, key=key, mode=mode, dry_run=dry_run, sheet=sheet,
                 max_delete_ratio=max_delete_ratio, allow_delete=allow_delete, plan_out=plan_out,
                 rejects=rejects, progress=None if not as_json else False, date_format=date_format,
+                null_values=null_values, excel_safe=excel_safe,
+                merged_cells=cast(MergedCells, merged_cells),
             )
         if planning and not as_json:
             click.echo(describe_plan(result.plan))

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-__all__ = ["DEFAULT_PUSH_MODE", "PUSH_MODES", "WRITE_MODES", "PushMode", "WriteMode"]
+__all__ = [
+    "DEFAULT_PUSH_MODE",
+    "MERGED_CELLS",
+    "PUSH_MODES",
+    "WRITE_MODES",
+    "MergedCells",
+    "PushMode",
+    "WriteMode",
+]
 
 #: How a push changes a table to match its source, by key:
 #: ``insert`` creates rows whose key is new; ``update`` changes rows whose key exists;
@@ -22,3 +30,9 @@ DEFAULT_PUSH_MODE: PushMode = "upsert"
 #: or ``merge`` them by ``_id`` (an upsert).
 WriteMode = Literal["replace", "append", "merge"]
 WRITE_MODES: tuple[WriteMode, ...] = get_args(WriteMode)
+
+#: What a push does with a workbook's merged cells, whose covered cells read as empty:
+#: ``refuse`` names each merged range and writes nothing; ``fill`` copies each merge's value
+#: into the cells it covers.
+MergedCells = Literal["refuse", "fill"]
+MERGED_CELLS: tuple[MergedCells, ...] = get_args(MergedCells)

@@ -33,6 +33,7 @@ __all__ = [
     "excel_safe",
     "excel_safe_batch",
     "parquet_batches",
+    "undo_excel_safe",
     "write_csv",
     "write_parquet",
 ]
@@ -170,8 +171,11 @@ def parquet_batches(
 
 #: First characters that make a spreadsheet run a cell as a formula (OWASP CSV injection).
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+#: What `excel_safe` guards: those, and the guard itself (a text that starts with ``'`` gets
+#: one more), so `undo_excel_safe` can tell a guard from data and the round trip is exact.
+_GUARDED = (*FORMULA_STARTS, "'")
 #: The same, as a regular expression over a whole cell (Arrow's RE2 syntax).
-_FORMULA_START = "^[=+\\-@\t\r]"
+_GUARDED_START = "^[=+\\-@\t\r']"
 
 
 def write_csv(
@@ -229,8 +233,16 @@ def as_text(batch: pa.RecordBatch) -> pa.RecordBatch:
 def excel_safe(text: str) -> str:
     """`text` as a spreadsheet shows it rather than runs it: a cell starting with ``=``,
     ``+``, ``-``, ``@``, a tab or a carriage return gets a leading ``'`` (OWASP's advice
-    against CSV injection). Other text is returned as it is."""
-    return "'" + text if text.startswith(FORMULA_STARTS) else text
+    against CSV injection), and so does one starting with ``'`` (which a spreadsheet shows
+    as the text after its first ``'``, the cell's own value). Other text is returned as it is."""
+    return "'" + text if text.startswith(_GUARDED) else text
+
+
+def undo_excel_safe(text: str) -> str:
+    """`excel_safe` undone: the ``'`` it put before a guarded start is taken off, so a file
+    exported with ``--excel-safe`` reads back as the values exported. Nothing else changes:
+    a ``'`` before any other character is data."""
+    return text[1:] if text.startswith("'") and text[1:].startswith(_GUARDED) else text
 
 
 def excel_safe_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -248,7 +260,7 @@ def _safe_column(column: pa.Array) -> pa.Array:
         )
     if not _is_text(column.type):
         return column
-    formula = pc.match_substring_regex(column, _FORMULA_START)
+    formula = pc.match_substring_regex(column, _GUARDED_START)
     return pc.if_else(formula, pc.binary_join_element_wise("'", column, ""), column)
 
 

@@ -35,7 +35,14 @@ from connector.destinations.registry import (
     make_config,
 )
 from connector.errors import ConfigError
-from connector.modes import PUSH_MODES, WRITE_MODES, PushMode, WriteMode
+from connector.modes import (
+    MERGED_CELLS,
+    PUSH_MODES,
+    WRITE_MODES,
+    MergedCells,
+    PushMode,
+    WriteMode,
+)
 
 __all__ = [
     "DEFAULT_BASE_URL_ENV",
@@ -177,6 +184,12 @@ class PushSpec:
     where: str
     #: How ambiguous dates in the file are read (``%d/%m/%Y``), as push's ``--date-format``.
     date_format: str | None = None
+    #: Cell texts that mean an empty cell (push's ``--null-values``); only "" by default.
+    null_values: tuple[str, ...] = ()
+    #: The file came from ``export --format csv --excel-safe`` (push's ``--excel-safe``).
+    excel_safe: bool = False
+    #: An Excel sheet's merged cells: ``refuse`` or ``fill`` (push's ``--merged-cells``).
+    merged_cells: MergedCells = "refuse"
 
 
 @dataclass(frozen=True)
@@ -585,6 +598,9 @@ class _Parser:
         mode = section.choice("mode", PUSH_MODES, "upsert")
         sheet = section.string("sheet")
         date_format = section.string("date_format")
+        null_values = section.strings("null_values") or ()
+        excel_safe = section.boolean("excel_safe", False)
+        merged_cells = section.choice("merged_cells", MERGED_CELLS, "refuse")
         section.done()
         if file is None:
             raise self.error(f"{where}.file", "missing: the spreadsheet to push")
@@ -601,11 +617,17 @@ class _Parser:
             raise self.error(f"{where}.file", f"no such file: {path}")
         if sheet is not None and path.suffix.lower() not in (".xlsx", ".xlsm"):
             raise self.error(f"{where}.sheet", "only applies to Excel files")
+        if merged_cells != "refuse" and path.suffix.lower() not in (".xlsx", ".xlsm"):
+            raise self.error(f"{where}.merged_cells", "only applies to Excel files")
         if date_format is not None and "%" not in date_format:
             raise self.error(
                 f"{where}.date_format", f"must be a strftime format like %d/%m/%Y, got {date_format!r}"
             )
-        return PushSpec(path, table, key, cast(PushMode, mode), sheet, where, date_format)
+        return PushSpec(
+            path, table, key, cast(PushMode, mode), sheet, where, date_format,
+            null_values=null_values, excel_safe=excel_safe,
+            merged_cells=cast(MergedCells, merged_cells),
+        )
 
 
 def _check_env_name(parser: _Parser, where: str, value: str) -> None:

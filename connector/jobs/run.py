@@ -305,6 +305,9 @@ def _push(client: Client, job: Job, spec: PushSpec, dry_run: bool, emit: Reporte
             dry_run=dry_run,
             progress=False,
             date_format=spec.date_format,
+            null_values=spec.null_values,
+            excel_safe=spec.excel_safe,
+            merged_cells=spec.merged_cells,
         )
     except ConfigError as exc:  # the table or key does not fit: name the job's key at fault
         raise exc.where(f"{job.path}: {spec.where}: ") from None

@@ -24,6 +24,7 @@ import pandas as pd
 from connector.api import AsyncClient, Client
 from connector.atomic import atomic_path
 from connector.errors import ConfigError, NotFound
+from connector.modes import MergedCells
 from connector.progress import progress as progress_bar
 from connector.push.apply import (
     PushResult,
@@ -84,6 +85,9 @@ def push(
     concurrency: int | None = None,
     progress: bool | None = None,
     date_format: str | None = None,
+    null_values: Sequence[str] = (),
+    excel_safe: bool = False,
+    merged_cells: MergedCells = "refuse",
 ) -> PushResult:
     """Make `table` match `source` on `key` (columns, or ``"id"``), and report what was done.
 
@@ -93,6 +97,10 @@ def push(
     `plan_out` for `connector apply`. Rows the server rejects are reported in the result and,
     given `rejects`, written there as CSV. `progress` shows a bar (default: on a terminal).
     `date_format` (``%d/%m/%Y``) reads dates whose day/month order the column leaves open.
+    Only an empty cell is empty: `null_values` names other texts that are (``["NA", "-"]``).
+    `excel_safe` undoes ``export --excel-safe`` (the ``'`` before text a spreadsheet would run).
+    A workbook's merged cells are refused, or with `merged_cells` ``"fill"`` each merge's
+    value fills the cells it covers.
     An error raised part-way through the writes carries what was written before it
     (`written_before`).
     """
@@ -102,7 +110,10 @@ def push(
     if date_format is not None and (why := check_date_format(date_format)) is not None:
         raise ConfigError(f"--date-format {date_format!r}: {why}")
     started = time.perf_counter()
-    data: Source = read_source(source, sheet=sheet)  # a bad file fails before any request
+    data: Source = read_source(  # a bad file fails before any request
+        source, sheet=sheet, null_values=null_values, excel_safe=excel_safe,
+        merged_cells=merged_cells,
+    )
     return client.run(_push(
         client.aio, data, started, table=table, key=key, mode=mode, dry_run=dry_run,
         max_delete_ratio=max_delete_ratio, allow_delete=allow_delete, plan_out=plan_out,
@@ -148,7 +159,7 @@ async def _push(
 ) -> PushResult:
     schema = table if isinstance(table, Table) else await _resolve(client, table)
     parsed = Key.parse(key, schema)
-    prepared = validate(data, schema, parsed, mode=mode, date_format=date_format)
+    prepared = validate(data, schema, parsed, date_format=date_format)
     live = await read_live_async(client, schema)
     plan = make_plan(prepared, live, cast(Mode, mode))
     if plan_out is None and dry_run:

@@ -1,6 +1,6 @@
 """Send a plan's writes with the fewest requests, and never create a row twice.
 
-Creates go in bulk requests of at most 100 rows, updates as PATCHes of only the changed
+Creates go in bulk requests of at most 100 rows (a lone row as a single create), updates as PATCHes of only the changed
 cells, deletes in bulk requests of at most 100 ids — concurrently, at most `concurrency`
 requests in flight, all paced by the client's shared adaptive rate limiter.
 
@@ -204,13 +204,17 @@ class _Run:
 
     async def post(self, batch: list[Create]) -> bool:
         """One bulk create, when a slot is free; False (nothing sent) if by then a 413 has
-        taught a size the batch exceeds."""
+        taught a size the batch exceeds. A row alone goes as a single create: a server's
+        error then names no position in a request ("row 0") to confuse the report."""
         async with self.slots:
             if self.max_bytes < MAX_REQUEST_BYTES and len(create_batches(batch, self.max_bytes)) > 1:
                 return False
             self.requests += 1
             try:
-                await self.client.create_rows(self.table_id, [c.fields for c in batch])
+                if len(batch) == 1:
+                    await self.client.create_row(self.table_id, batch[0].fields)
+                else:
+                    await self.client.create_rows(self.table_id, [c.fields for c in batch])
             finally:
                 if self.bar is not None:
                     self.bar.update(1)
@@ -272,16 +276,17 @@ class _Run:
                 partial(self.client.update_row, self.table_id, update.id, update.fields)
             )
         except ApiValidationError as exc:
-            self._reject(update.row, update.id, update.fields, exc)
+            self._reject(update.row, update.id, update.key | update.fields, exc)
             return
         except BadRequest as exc:
             if exc.status != TOO_LARGE:
                 raise
             reason = _too_large(body_bytes(update.fields), exc)
-            self._reject(update.row, update.id, update.fields, reason)
+            self._reject(update.row, update.id, update.key | update.fields, reason)
             return
         except NotFound:
-            self._reject(update.row, update.id, update.fields, "the row was deleted meanwhile")
+            reason = "the row was deleted meanwhile"
+            self._reject(update.row, update.id, update.key | update.fields, reason)
             return
         self.updated += 1
 

@@ -6,6 +6,12 @@ null are the same nothing): text, choice and date → ``string`` (dates as ``YYY
 number → ``Float64``, checkbox → ``boolean``. Every value a rule changed is counted by rule name,
 so a plan can say what it did to the data; a cell no rule accepts becomes an error message.
 
+Text is text: only an empty cell is empty. ``None``, ``NA`` or ``null`` in a text or choice cell
+is that text (a person named Null, a product code NA); a text cell of spaces is spaces. In a
+number, checkbox or date column, a cell of spaces is empty too (it cannot be a value). Other
+markers of "no value" are the user's to name (``--null-values``); the source reader applies
+them (`connector.push.source`), so no word is special here.
+
 The work is vectorised over each kind of cell (strings, numbers, dates, booleans) in a column;
 only cells of an unusual kind for their column (a number in a text column, say) go one by one.
 """
@@ -33,8 +39,8 @@ __all__ = [
     "wire_values",
 ]
 
-#: Cell texts that mean "no value" (what spreadsheets and pandas write for nulls).
-NULL_TOKENS = frozenset({"", "nan", "NaN", "None", "<NA>", "NaT", "null"})
+#: Column types whose cells are kept as written: no trimming, spaces are text.
+TEXT_KINDS = frozenset({"text", "choice"})
 #: Excel's day zero (serial 1 is 1900-01-01 for every date after Excel's phantom 1900-02-29).
 EXCEL_EPOCH = dt.date(1899, 12, 30)
 #: Serial of 9999-12-31, the last date Excel knows.
@@ -87,7 +93,7 @@ def coerce_column(cells: pd.Series, column: Column, *, date_format: str | None =
     nulls = obj.isna().to_numpy(dtype=bool, copy=True)
     is_str = (kinds == "str") & ~nulls
     texts = pd.Series(obj[is_str], dtype="string")
-    blank = texts.str.strip().isin(NULL_TOKENS).to_numpy(dtype=bool)
+    blank = (texts if kind in TEXT_KINDS else texts.str.strip()).eq("").to_numpy(dtype=bool)
     counts: Counter[str] = Counter()
     counts["empty → null"] = int(blank.sum())
     nulls[np.flatnonzero(is_str)[blank]] = True
@@ -443,7 +449,7 @@ def _text_from_number(value: Any) -> tuple[str, str]:
 def _text_from_date(value: Any) -> tuple[str, str]:
     stamp = pd.Timestamp(value)
     if stamp == stamp.normalize():
-        return stamp.strftime("%Y-%m-%d"), "text from date"
+        return stamp.date().isoformat(), "text from date"  # strftime drops a year's zeros
     return stamp.isoformat(sep=" "), "text from date"
 
 
@@ -457,7 +463,7 @@ def _date_from_date(value: Any) -> tuple[str, str | None] | None:
     if stamp != stamp.normalize():
         return None
     counted = None if type(value) is dt.date else "date from date-time at midnight"
-    return stamp.strftime("%Y-%m-%d"), counted
+    return stamp.date().isoformat(), counted  # 0999-01-01: strftime would drop the zero
 
 
 def _date_from_serial(value: Any) -> tuple[str, str] | None:

@@ -58,8 +58,10 @@ async def read_live_async(client: AsyncClient, table: Table) -> Live:
 
 
 def _canonical(values: pa.ChunkedArray, dtype: str) -> pd.Series:
-    """An Arrow column as `dtype`: choices and dates as text, numbers, booleans."""
+    """An Arrow column as `dtype`: choices and dates as text, numbers, booleans. An empty
+    string is an empty cell, as in a source (`coerce`): a server may send either for one."""
     if dtype == "string" and not pa.types.is_string(values.type):
         values = values.cast(pa.string())  # dictionary (choice), date32, timestamps
     target = pd.api.types.pandas_dtype(dtype)
-    return pd.Series(values.to_pandas(types_mapper=lambda _: target))
+    series = pd.Series(values.to_pandas(types_mapper=lambda _: target))
+    return series.mask(series.eq("")) if dtype == "string" else series

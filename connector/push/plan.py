@@ -67,13 +67,15 @@ class Create:
 
 @dataclass(frozen=True)
 class Update:
-    """A PATCH of only the changed cells, with the values and timestamp it expects to replace."""
+    """A PATCH of only the changed cells, with the values and timestamp it expects to replace,
+    and the row's key cells (for a report of a rejected update; empty when the key is the id)."""
 
     row: int
     id: str
     fields: dict[str, Any]
     old: dict[str, Any]
     updated_at: str | None
+    key: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -244,6 +246,7 @@ def make_plan(prepared: Prepared, live: Live, mode: Mode = "upsert") -> Plan:
     skipped = 0
     if mode in ("insert", "upsert", "mirror"):
         creates = _creates(prepared, merged.loc[only_src, "__pos"].astype(int).to_numpy())
+        _check_required(prepared, creates)
     else:
         skipped += int(only_src.sum())
     if mode == "insert":
@@ -299,6 +302,23 @@ def check_delete_guard(
         )
 
 
+def _check_required(prepared: Prepared, creates: Sequence[Create]) -> None:
+    """A row to create needs every required column; ValidationReport naming each row and
+    column when the source lacks one. (Rows that exist need only the columns they change.)"""
+    missing = [
+        c.name for c in prepared.table.columns if c.required and c.name not in prepared.columns
+    ]
+    if not (missing and creates):
+        return
+    raise ValidationReport(prepared.source.name, [
+        Problem(c.row, name, None,
+                f"a value is required to create this row, and the source has no column "
+                f"{name!r} (rows the table already has need only the columns they change; "
+                "--mode update leaves new rows out)")
+        for c in creates for name in missing
+    ])
+
+
 def _check_unique_keys(live: Live, key: list[str], row_id: str) -> None:
     keys = live.frame[key]
     dupes = keys.duplicated(keep=False).to_numpy() & ~keys.isna().any(axis=1).to_numpy()
@@ -350,6 +370,8 @@ def _updates(
     new = {n: wire_values(sub[n], table.column(n)) for n in values}
     old = {n: wire_values(sub[f"{n}__live"], table.column(n)) for n in values}
     ids = sub[row_id].tolist()
+    keys = [] if prepared.key.by_id else list(prepared.key.columns)
+    key_cells = {k: wire_values(sub[k], table.column(k)) for k in keys}
     stamps = _stamps(sub[updated_at])
     positions = sub["__pos"].astype(int).to_numpy()
     updates = []
@@ -361,6 +383,7 @@ def _updates(
             fields={n: new[n][i] for n in names},
             old={n: old[n][i] for n in names},
             updated_at=stamps[i],
+            key={k: key_cells[k][i] for k in keys},
         ))
     updates.sort(key=lambda u: u.row)
     return tuple(updates)

@@ -5,6 +5,17 @@ Cells are kept as the file holds them: CSV cells are *strings* (so ``007`` and
 cell into a column's type is `coerce`'s job, done per column with the table's schema in hand.
 Every row remembers its spreadsheet row number (the header is row 1), for error reports.
 
+Text is text: ``NA``, ``None`` or ``null`` is read as that text, never as a missing value. Only
+the markers the user names (`null_values`, ``--null-values``) read as empty cells: a CSV's
+through pandas' own ``na_values`` as it is parsed, other sources' (a workbook's, Parquet's, a
+DataFrame's text cells) by the same exact match. `excel_safe` takes off the ``'`` that
+``export --excel-safe`` put before text a spreadsheet would run (`undo_excel_safe`), in the
+header too.
+
+A workbook's merged cells read as empty except the first: a merge that holds a value is an
+error naming every such range (``Sheet1!B2:B4``), unless `merged_cells` is ``fill``, which
+copies each merge's value into the cells it covers.
+
 An ``.xlsx`` formula is read as the value the spreadsheet saved with it. A formula saved
 without one (files written by scripts, e.g. openpyxl, carry none until a spreadsheet app
 recalculates and saves them) is an error naming its cells: read as empty, it would clear
@@ -19,6 +30,7 @@ import os
 import re
 import zipfile
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,12 +40,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from connector.errors import SourceError
+from connector.errors import ConfigError, SourceError
+from connector.destinations.formats import undo_excel_safe
+from connector.modes import MERGED_CELLS, MergedCells
 
 __all__ = ["Source", "SourceError", "read_source"]
 
 #: A formula element in a worksheet's XML (``<f>``, ``<f t="shared" .../>``, ``<x:f>``).
 _FORMULA_TAG = re.compile(rb"<(?:\w+:)?f[\s>/]")
+#: A merged range in a worksheet's XML (``<mergeCell ref="B2:B4"/>``).
+_MERGE_TAG = re.compile(rb"<(?:\w+:)?mergeCell[\s>/]")
 #: Formula cells named in an error before "and N more".
 _SHOWN_CELLS = 10
 #: Delimiters the CSV sniffer may choose between.
@@ -64,10 +80,46 @@ class Source:
         return cls(name, frame, np.arange(2, len(frame) + 2, dtype=np.int64))
 
 
-def read_source(source: str | Path | pd.DataFrame, *, sheet: str | None = None) -> Source:
-    """Read a CSV, ``.xlsx`` or Parquet file (by extension), or take a DataFrame as it is."""
+def read_source(
+    source: str | Path | pd.DataFrame,
+    *,
+    sheet: str | None = None,
+    null_values: Sequence[str] = (),
+    excel_safe: bool = False,
+    merged_cells: MergedCells = "refuse",
+) -> Source:
+    """Read a CSV, ``.xlsx`` or Parquet file (by extension), or take a DataFrame as it is.
+
+    `null_values`: texts that mean an empty cell (only an empty cell is empty by default).
+    `excel_safe`: undo ``export --excel-safe``. `merged_cells`: ``refuse`` or ``fill``.
+    """
+    markers = _markers(null_values)
+    if merged_cells not in MERGED_CELLS:
+        raise ConfigError(
+            f"--merged-cells {merged_cells!r}: choose one of {', '.join(MERGED_CELLS)}"
+        )
+    data = _read(source, sheet, markers, merged_cells)
+    return _unguarded(data) if excel_safe else data
+
+
+def _markers(null_values: Sequence[str]) -> frozenset[str]:
+    """The markers as a set; ConfigError unless they are non-empty texts."""
+    if isinstance(null_values, str) or not all(
+        isinstance(v, str) and v for v in null_values
+    ):
+        raise ConfigError(
+            f"null_values {null_values!r}: give a list of non-empty texts (an empty cell is "
+            "always empty)"
+        )
+    return frozenset(null_values)
+
+
+def _read(
+    source: str | Path | pd.DataFrame, sheet: str | None, markers: frozenset[str],
+    merged_cells: MergedCells,
+) -> Source:
     if isinstance(source, pd.DataFrame):
-        return Source.from_frame(source)
+        return _blanked(Source.from_frame(source), markers)
     if not isinstance(source, str | os.PathLike):
         raise SourceError(
             f"a source is a DataFrame or the path of a CSV, .xlsx or Parquet file, "
@@ -79,16 +131,18 @@ def read_source(source: str | Path | pd.DataFrame, *, sheet: str | None = None) 
     suffix = path.suffix.lower()
     if sheet is not None and suffix not in (".xlsx", ".xlsm"):
         raise SourceError(f"{path}: --sheet applies to Excel files only")
+    if merged_cells != "refuse" and suffix not in (".xlsx", ".xlsm"):
+        raise SourceError(f"{path}: --merged-cells applies to Excel files only")
     if suffix in (".xls", ".ods", ".numbers"):
         raise SourceError(f"{path}: {suffix} files are not read; save the sheet as .xlsx or CSV")
     if suffix in (".xlsx", ".xlsm"):
-        return _read_excel(path, sheet)
+        return _read_excel(path, sheet, markers, merged_cells)
     if suffix in (".parquet", ".pq"):
-        return _read_parquet(path)
-    return _read_csv(path)
+        return _blanked(_read_parquet(path), markers)
+    return _read_csv(path, markers)
 
 
-def _read_csv(path: Path) -> Source:
+def _read_csv(path: Path, markers: frozenset[str]) -> Source:
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -103,27 +157,28 @@ def _read_csv(path: Path) -> Source:
     if not text.strip():
         raise SourceError(f"{path}: the file is empty")
     delimiter = _sniff_delimiter(text)
+    # No header row for pandas: a record longer than the header is then an error, where
+    # pandas would otherwise take the extra cell as an index and shift the rest. Every cell
+    # is text; none is a missing value but the markers named (`keep_default_na=False`).
+    options: dict[str, Any] = {
+        "sep": delimiter, "header": None, "dtype": object, "skip_blank_lines": False,
+        "engine": "c", "keep_default_na": False, "na_values": sorted(markers),
+    }
     try:
-        # No header row for pandas: a record longer than the header is then an error,
-        # where pandas would otherwise take the extra cell as an index and shift the rest.
-        cells = pd.read_csv(
-            io.StringIO(text),
-            sep=delimiter,
-            header=None,
-            dtype=object,
-            na_filter=False,
-            skip_blank_lines=False,
-            engine="c",
+        cells = pd.read_csv(io.StringIO(text), **options)
+        # The header's names are names, even one that reads like a marker.
+        first = cells if not markers else pd.read_csv(
+            io.StringIO(text), **options | {"nrows": 1, "na_values": []}
         )
     except (pd.errors.ParserError, ValueError) as exc:
         raise SourceError(f"{path}: malformed CSV: {_one_line(exc)}") from None
-    header = [str(h).strip() for h in cells.iloc[0].tolist()]
+    header = [str(h).strip() for h in first.iloc[0].tolist()]
     frame = cells.iloc[1:].reset_index(drop=True)
     keep = []
     for i, name in enumerate(header):
         if name:
             keep.append(i)
-        elif (frame[i].astype(str).str.strip() != "").any():
+        elif (frame[i].astype("string").str.strip().fillna("") != "").any():
             raise SourceError(f"{path}: column {i + 1} has values but no header")
     header = [header[i] for i in keep]  # unnamed, empty columns (a spreadsheet's leftovers) go
     _check_header(header, path)
@@ -139,7 +194,9 @@ def _sniff_delimiter(text: str) -> str:
         return ","
 
 
-def _read_excel(path: Path, sheet: str | None) -> Source:
+def _read_excel(
+    path: Path, sheet: str | None, markers: frozenset[str], merged_cells: MergedCells
+) -> Source:
     import openpyxl
     from openpyxl.utils import get_column_letter
     from openpyxl.utils.exceptions import InvalidFileException
@@ -159,8 +216,10 @@ def _read_excel(path: Path, sheet: str | None) -> Source:
         cells = [list(r) for r in ws.iter_rows(min_row=1, values_only=True)]
     finally:
         book.close()
-    if _has_formulas(path):
+    if _sheets_hold(path, _FORMULA_TAG):
         _check_formulas(path, title, cells)
+    if _sheets_hold(path, _MERGE_TAG):
+        _merges(path, title, cells, merged_cells)
     first = next((i for i, r in enumerate(cells) if any(v is not None for v in r)), None)
     if first is None:
         raise SourceError(f"{path}: sheet {ws.title!r} is empty")
@@ -180,11 +239,11 @@ def _read_excel(path: Path, sheet: str | None) -> Source:
         columns=[names[i] for i in keep],
         dtype=object,
     )
-    return _numbered(str(path), frame, first_row=first + 2)
+    return _numbered(str(path), _blank_markers(frame, markers), first_row=first + 2)
 
 
-def _has_formulas(path: Path) -> bool:
-    """Whether any worksheet of the workbook holds a formula (a cheap scan of its XML)."""
+def _sheets_hold(path: Path, tag: re.Pattern[bytes]) -> bool:
+    """Whether any worksheet of the workbook holds `tag` (a cheap scan of its XML)."""
     try:
         with zipfile.ZipFile(path) as archive:
             for name in archive.namelist():
@@ -193,7 +252,7 @@ def _has_formulas(path: Path) -> bool:
                 with archive.open(name) as part:
                     tail = b""
                     while chunk := part.read(1 << 20):
-                        if _FORMULA_TAG.search(tail + chunk):
+                        if tag.search(tail + chunk):
                             return True
                         tail = chunk[-16:]
     except (zipfile.BadZipFile, OSError, KeyError):
@@ -231,6 +290,40 @@ def _check_formulas(path: Path, title: str, values: list[list[Any]]) -> None:
         )
 
 
+def _merges(path: Path, title: str, cells: list[list[Any]], merged_cells: MergedCells) -> None:
+    """Refuse the merges of sheet `title` that hold a value, naming each; or (``fill``) copy
+    each one's value into the cells it covers, in `cells` (rows of values, from A1)."""
+    import openpyxl
+    from openpyxl.utils import quote_sheetname
+
+    book = openpyxl.load_workbook(path, data_only=True)  # read-only sheets show no merges
+    try:
+        ranges = list(book[title].merged_cells.ranges)
+    finally:
+        book.close()
+    held = []
+    for merge in sorted(ranges, key=lambda m: (m.min_row, m.min_col)):
+        top, left = merge.min_row - 1, merge.min_col - 1
+        value = cells[top][left] if top < len(cells) and left < len(cells[top]) else None
+        if value is not None:
+            held.append((merge, value))
+    if not held:
+        return
+    if merged_cells == "refuse":
+        names = ", ".join(f"{quote_sheetname(title)}!{merge.coord}" for merge, _ in held)
+        raise SourceError(
+            f"{path}: sheet {title!r} has {len(held)} merged range(s) holding a value ({names}); "
+            "the cells a merge covers read as empty. Unmerge them, or give --merged-cells fill "
+            "(job setting merged_cells = \"fill\") to copy each merge's value into its cells"
+        )
+    for merge, value in held:
+        while len(cells) < merge.max_row:
+            cells.append([])
+        for row in cells[merge.min_row - 1 : merge.max_row]:
+            row.extend([None] * (merge.max_col - len(row)))
+            row[merge.min_col - 1 : merge.max_col] = [value] * (merge.max_col - merge.min_col + 1)
+
+
 def _is_formula(cell: Any) -> bool:
     if isinstance(cell, str):
         return cell.startswith("=")
@@ -246,7 +339,49 @@ def _read_parquet(path: Path) -> Source:
     return Source.from_frame(frame, str(path))
 
 
-def _check_header(names: list[str], path: Path) -> None:
+def _blank_markers(frame: pd.DataFrame, markers: frozenset[str]) -> pd.DataFrame:
+    """`frame` with the text cells that equal a marker emptied (None): what pandas'
+    ``na_values`` does to a CSV, for cells read otherwise."""
+    if not markers:
+        return frame
+    out = frame.copy()
+    for column in out.columns:
+        cells = out[column]
+        if _holds_text(cells):
+            hit = cells.isin(markers).to_numpy(dtype=bool)
+            if hit.any():
+                out[column] = cells.astype(object).mask(hit, None)
+    return out
+
+
+def _holds_text(cells: pd.Series) -> bool:
+    """Whether a column may hold text cells (objects, strings, categories)."""
+    return cells.dtype == object or isinstance(cells.dtype, pd.StringDtype | pd.CategoricalDtype)
+
+
+def _blanked(data: Source, markers: frozenset[str]) -> Source:
+    return Source(data.name, _blank_markers(data.frame, markers), data.rows)
+
+
+def _unguarded(data: Source) -> Source:
+    """`data` with what ``export --excel-safe`` added taken off (`undo_excel_safe`): in the
+    header, and in every text cell (only text can carry the guard)."""
+    frame = data.frame.rename(columns=undo_excel_safe)
+    _check_header(list(frame.columns), data.name)
+    for column in frame.columns:
+        cells = frame[column]
+        if not _holds_text(cells):
+            continue
+        quoted = cells.astype("string").str.startswith("'").fillna(False).to_numpy(dtype=bool)
+        if quoted.any():
+            fixed = cells.astype(object).copy()
+            fixed[quoted] = [undo_excel_safe(v) if isinstance(v, str) else v
+                             for v in fixed[quoted]]
+            frame[column] = fixed
+    return Source(data.name, frame, data.rows)
+
+
+def _check_header(names: list[str], path: Path | str) -> None:
     if not names:
         raise SourceError(f"{path}: the header row has no column names")
     dupes = sorted(n for n, count in Counter(names).items() if count > 1)

@@ -4,6 +4,10 @@ One pass finds every problem — unknown columns, cells of the wrong type, choic
 options, missing required values, empty or repeated keys — and raises them together in one
 `ValidationReport`, each naming the spreadsheet row (header = row 1), the column and the value.
 What passes comes out as a `Prepared` source: canonical values, ready to diff.
+
+A required column the source leaves out is no problem yet: an update needs only the columns it
+changes. Whether a row would be *created* without it is known once the plan is made
+(`connector.push.plan`), which then names each such row.
 """
 
 from __future__ import annotations
@@ -22,10 +26,6 @@ from connector.push.source import Source
 from connector.schema import Column, Table
 
 __all__ = ["Key", "Prepared", "Problem", "ValidationReport", "validate"]
-
-#: Modes that create rows, and so need every required column in the source.
-CREATING_MODES = frozenset({"insert", "upsert", "mirror"})
-
 
 @dataclass(frozen=True)
 class Key:
@@ -93,7 +93,7 @@ class Prepared:
 
 
 def validate(
-    source: Source, table: Table, key: Key, *, mode: str = "upsert", date_format: str | None = None
+    source: Source, table: Table, key: Key, *, date_format: str | None = None
 ) -> Prepared:
     """Coerce `source` to `table`'s types and check it, or raise one `ValidationReport`.
 
@@ -106,7 +106,7 @@ def validate(
     if not key.by_id:
         ignorable.add(system["id"])
 
-    problems = _header_problems(list(frame.columns), table, key, mode, ignorable)
+    problems = _header_problems(list(frame.columns), table, key, ignorable)
     columns = tuple(c.name for c in table.columns if c.name in frame.columns)
     out: dict[str, pd.Series] = {}
     coercions: Counter[str] = Counter()
@@ -138,9 +138,9 @@ def validate(
 
 
 def _header_problems(
-    names: list[str], table: Table, key: Key, mode: str, ignorable: set[str]
+    names: list[str], table: Table, key: Key, ignorable: set[str]
 ) -> list[Problem]:
-    """Unknown columns, and key or required columns the source lacks (all on row 1)."""
+    """Unknown columns, and key columns the source lacks (all on row 1)."""
     known = set(table.column_names) | set(key.columns) | ignorable
     folded = {n.casefold(): n for n in table.column_names}
     problems = [
@@ -154,13 +154,6 @@ def _header_problems(
         Problem(1, "id" if key.by_id else name, None, "key column missing from the source")
         for name in key.columns if name not in names
     ]
-    if mode in CREATING_MODES:
-        problems += [
-            Problem(1, col.name, None,
-                    f"required column missing from the source (needed to create rows in mode "
-                    f"{mode!r}; use --mode update to change existing rows only)")
-            for col in table.columns if col.required and col.name not in names
-        ]
     return problems
 
 

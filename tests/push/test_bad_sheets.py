@@ -87,7 +87,8 @@ CORPUS: dict[str, tuple[Callable[[Path], Path], list[str]]] = {
     ),
     "missing required column": (
         csv("Code,Age\n001,3\n"),
-        ["row 1, column 'Name': required column missing from the source"],
+        ["row 2, column 'Name': a value is required to create this row, and the source has "
+         "no column 'Name'"],
     ),
     "wrong types": (
         csv(HEADER + GOOD + "002,Bo,old,active,31/02/2024,maybe\n"),

@@ -22,13 +22,27 @@ def coerce(kind: str, cells: list[Any], **column: Any) -> tuple[list[Any], dict[
     return values, result.errors, dict(result.counts)
 
 
-def test_text_keeps_leading_zeros_and_long_digits_and_empties_become_null() -> None:
+WORDS = ["None", "null", "NA", "nan", "NaN", "N/A", "<NA>", "NaT"]
+
+
+def test_text_is_text_and_only_an_empty_cell_is_empty() -> None:
+    """A person named Null, a product code NA, a cell of spaces: text, kept as written."""
     values, errors, counts = coerce(
-        "text", ["007", "12345678901234567890", "", "  ", None, math.nan, pd.NA, "NaN", "<NA>", "Ann"]
+        "text", ["007", "12345678901234567890", "", None, math.nan, pd.NA, "  ", " x ", *WORDS]
     )
-    assert values == ["007", "12345678901234567890", *[NA] * 7, "Ann"]
+    assert values == ["007", "12345678901234567890", NA, NA, NA, NA, "  ", " x ", *WORDS]
     assert errors == {}
-    assert counts == {"empty → null": 7}
+    assert counts == {"empty → null": 4}
+    choices, errors, _ = coerce("choice", ["NA", "None", ""], options=("NA", "None"))
+    assert (choices, errors) == (["NA", "None", NA], {})
+
+
+@pytest.mark.parametrize("kind", ["number", "checkbox", "date"])
+def test_in_typed_columns_spaces_are_empty_and_words_are_not(kind: str) -> None:
+    values, errors, counts = coerce(kind, ["", "   ", None, *WORDS])
+    assert values == [NA] * (3 + len(WORDS))
+    assert sorted(errors) == list(range(3, 3 + len(WORDS)))  # each word is named as bad
+    assert counts == {"empty → null": 3}
 
 
 def test_text_from_spreadsheet_numbers_dates_and_booleans() -> None:

@@ -50,7 +50,7 @@ def live(*rows: tuple[str, dict[str, Any]]) -> Live:
 def plan(columns: dict[str, list[Any]], current: Live, mode: str = "upsert", key: str = "Name") -> Plan:
     src = Source.from_frame(pd.DataFrame(columns, dtype=object), "people.csv")
     parsed = Key.parse(key, TABLE)
-    return make_plan(validate(src, TABLE, parsed, mode=mode), current, mode)  # type: ignore[arg-type]
+    return make_plan(validate(src, TABLE, parsed), current, mode)  # type: ignore[arg-type]
 
 
 CURRENT = live(
@@ -74,8 +74,10 @@ def test_upsert_patches_only_changed_cells_and_records_what_it_replaces() -> Non
     result = plan({"Name": ["Bo", "Ann", "Dee"], "Age": ["2.5", "2", "4"], "Note": ["y", "", ""]}, CURRENT)
     assert result.creates == (Create(row=4, fields={"Name": "Dee", "Age": 4}),)
     assert result.updates == (
-        Update(row=2, id="row_b", fields={"Note": "y"}, old={"Note": "x"}, updated_at="t-row_b"),
-        Update(row=3, id="row_a", fields={"Age": 2}, old={"Age": 1}, updated_at="t-row_a"),
+        Update(row=2, id="row_b", fields={"Note": "y"}, old={"Note": "x"}, updated_at="t-row_b",
+               key={"Name": "Bo"}),
+        Update(row=3, id="row_a", fields={"Age": 2}, old={"Age": 1}, updated_at="t-row_a",
+               key={"Name": "Ann"}),
     )
     assert result.deletes == ()
     assert result.requests == 1 + 2 + 0

@@ -16,15 +16,14 @@ from tests.push.conftest import InProcess
 
 TYPES = ["text", "number", "checkbox", "date", "choice"]
 OPTIONS = ["red", "green", "blue"]
-NULLS = {"nan", "NaN", "None", "<NA>", "NaT", "null"}
+#: Words that once read as empty: text now, like any other.
+WORDS = ["None", "null", "NA", "nan", "NaN", "N/A", "<NA>", "NaT"]
 TRUE_SPELLINGS = ["TRUE", "true", "yes", "1", "x"]
 FALSE_SPELLINGS = ["FALSE", "false", "no", "0"]
 
-texts = st.text("abcXYZ019 -_'é", min_size=1, max_size=8).filter(
-    lambda s: s.strip() != "" and s.strip() not in NULLS
-)
+texts = st.text("abcXYZ019 -_'é", min_size=1, max_size=8).filter(lambda s: s.strip() != "")
 VALUES: dict[str, st.SearchStrategy[Any]] = {
-    "text": texts,
+    "text": texts | st.sampled_from([*WORDS, " ", "  x "]),
     "number": st.one_of(st.integers(-10**9, 10**9), st.floats(-1e9, 1e9, allow_nan=False)),
     "checkbox": st.booleans(),
     "date": st.dates(dt.date(1900, 3, 1), dt.date(2100, 12, 31)).map(dt.date.isoformat),
@@ -33,9 +32,10 @@ VALUES: dict[str, st.SearchStrategy[Any]] = {
 
 
 def spelled(kind: str, value: Any, draw: st.DrawFn) -> str:
-    """How a spreadsheet might hold `value` as text (an empty cell for null)."""
+    """How a spreadsheet might hold `value` as text: null as an empty cell (or, where the
+    column cannot hold text, a cell of spaces)."""
     if value is None:
-        return draw(st.sampled_from(["", "  ", "NaN"]))
+        return draw(st.sampled_from(["", "  "] if kind in ("number", "checkbox", "date") else [""]))
     if kind == "checkbox":
         return draw(st.sampled_from(TRUE_SPELLINGS if value else FALSE_SPELLINGS))
     if kind == "number":

@@ -1,6 +1,6 @@
 """Export → edit the file → push → export again: the second export equals the edit.
 
-The exports use the load engineer's writers (`connector.load.parquet` / `connector.load.csv`)
+The exports use the load engineer's writers (`connector.destinations.formats`)
 fed by `connector.extract`, exactly as `connector export` does.
 """
 

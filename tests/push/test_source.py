@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from connector.errors import SourceError
+from connector.errors import ConfigError, SourceError
 from connector.push.source import read_source
 
 
@@ -164,7 +164,7 @@ def test_formulas_are_read_as_their_saved_values_and_never_as_empty(tmp_path: Pa
 
 
 def test_a_workbook_without_formulas_is_read_once(tmp_path: Path) -> None:
-    from connector.push.source import _has_formulas
+    from connector.push.source import _FORMULA_TAG, _sheets_hold
 
     book = openpyxl.Workbook()
     sheet = book.active
@@ -172,5 +172,46 @@ def test_a_workbook_without_formulas_is_read_once(tmp_path: Path) -> None:
     sheet.append(["Name", "Note"])
     sheet.append(["Ann", "<f> is text here, escaped in the XML"])
     book.save(tmp_path / "plain.xlsx")
-    assert not _has_formulas(tmp_path / "plain.xlsx")
+    assert not _sheets_hold(tmp_path / "plain.xlsx", _FORMULA_TAG)
     assert read_source(tmp_path / "plain.xlsx").frame.iloc[0, 1].startswith("<f>")
+
+
+def test_words_are_text_and_only_named_markers_are_empty(tmp_path: Path) -> None:
+    """pandas' own NA words stay text; markers empty whole cells only, never a header name."""
+    path = write(tmp_path / "a.csv", 'NA,Name\nNA,None\n"NA",null\n" NA",NaN\n-,#N/A\n')
+    plain = read_source(path)
+    assert list(plain.frame.columns) == ["NA", "Name"]
+    assert plain.frame.to_numpy().tolist() == [
+        ["NA", "None"], ["NA", "null"], [" NA", "NaN"], ["-", "#N/A"]
+    ]
+    marked = read_source(path, null_values=["NA", "-"])
+    assert list(marked.frame.columns) == ["NA", "Name"]
+    assert marked.frame.isna().to_numpy().tolist() == [
+        [True, False], [True, False], [False, False], [True, False]
+    ]
+    assert marked.rows.tolist() == [2, 3, 4, 5]
+    with pytest.raises(ConfigError, match="non-empty texts"):
+        read_source(path, null_values=["NA", ""])
+
+
+def test_excel_safe_undo_checks_the_header_it_makes(tmp_path: Path) -> None:
+    path = write(tmp_path / "a.csv", "'=A,=A\n1,2\n")
+    assert list(read_source(path).frame.columns) == ["'=A", "=A"]
+    with pytest.raises(SourceError, match="duplicate column names in the header: \\['=A'\\]"):
+        read_source(path, excel_safe=True)
+
+
+def test_a_merge_wider_than_the_rows_read_is_filled(tmp_path: Path) -> None:
+    book = openpyxl.Workbook()
+    sheet = book.active
+    assert sheet is not None
+    sheet.append(["Name", "Note"])
+    sheet.append(["a", "wide"])
+    sheet.merge_cells("B2:B5")
+    sheet["A5"] = "d"
+    book.save(tmp_path / "m.xlsx")
+    source = read_source(tmp_path / "m.xlsx", merged_cells="fill")
+    assert source.frame.to_numpy().tolist() == [
+        ["a", "wide"], [None, "wide"], [None, "wide"], ["d", "wide"]
+    ]
+    assert source.rows.tolist() == [2, 3, 4, 5]

@@ -26,9 +26,9 @@ def source(**columns: list[object]) -> Source:
     return Source.from_frame(pd.DataFrame(columns, dtype=object), "people.csv")
 
 
-def problems(src: Source, key: str = "Name", mode: str = "upsert") -> list[str]:
+def problems(src: Source, key: str = "Name") -> list[str]:
     with pytest.raises(ValidationReport) as caught:
-        validate(src, TABLE, Key.parse(key, TABLE), mode=mode)
+        validate(src, TABLE, Key.parse(key, TABLE))
     assert isinstance(caught.value, InputError)
     assert "nothing was written" in str(caught.value)
     return [str(p) for p in caught.value.problems]
@@ -54,20 +54,17 @@ def test_every_problem_is_reported_at_once_by_spreadsheet_row() -> None:
 
 
 def test_a_column_named_in_another_case_gets_a_suggestion() -> None:
-    found = problems(source(name=["Ann"]), key="Age", mode="update")
+    found = problems(source(name=["Ann"]), key="Age")
     assert found[0] == "row 1, column 'name': not a column of table 'People' (did you mean 'Name'?)"
 
 
 def test_required_values_and_columns() -> None:
+    """An empty required cell is refused; a required column left out is not (yet): an update
+    needs only the columns it changes (`test_plan` checks the rows a plan would create)."""
     table_key = "Age"
     found = problems(source(Name=["Ann", None], Age=["1", "2"]), key=table_key)
     assert found == ["row 3, column 'Name': a value is required"]
-    missing = problems(source(Age=["1"]), key="Age")
-    assert missing == [
-        "row 1, column 'Name': required column missing from the source (needed to create rows "
-        "in mode 'upsert'; use --mode update to change existing rows only)"
-    ]
-    assert validate(source(Age=["1"]), TABLE, Key.parse("Age", TABLE), mode="update").columns == ("Age",)
+    assert validate(source(Age=["1"]), TABLE, Key.parse("Age", TABLE)).columns == ("Age",)
 
 
 def test_multi_column_keys_and_row_ids() -> None:
@@ -76,9 +73,9 @@ def test_multi_column_keys_and_row_ids() -> None:
     assert len(found) == 2
     by_id = Key.parse("id", TABLE)
     assert by_id.by_id and by_id.columns == ("_id",)
-    ok = validate(source(id=["row_1"], Age=["3"]), TABLE, by_id, mode="update")
+    ok = validate(source(id=["row_1"], Age=["3"]), TABLE, by_id)
     assert ok.frame.columns.tolist() == ["_id", "Age"]
-    assert problems(source(_id=["row_1", ""], Age=["3", "4"]), key="id", mode="update") == [
+    assert problems(source(_id=["row_1", ""], Age=["3", "4"]), key="id") == [
         "row 3, column 'id': the key is empty"
     ]
 
