@@ -96,6 +96,19 @@ def workspace(make_workspace: MakeWorkspace) -> Workspace:
     return make_workspace()
 
 
+def sql_rows(url: str, table: str = "People") -> list[dict[str, Any]]:
+    """Every row of a SQL table, read back by SQLAlchemy (not by the code under test)."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    try:
+        reflected = sa.Table(table, sa.MetaData(), autoload_with=engine)
+        with engine.connect() as conn:
+            return [dict(r) for r in conn.execute(sa.select(reflected)).mappings()]
+    finally:
+        engine.dispose()
+
+
 #: Answers a request itself, or returns None to let it through to the real server.
 Intercept = Callable[[httpx.Request], httpx.Response | None]
 Proxy = Callable[[Intercept], httpx.MockTransport]
