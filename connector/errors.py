@@ -18,7 +18,7 @@
     ├── EngineError                 a blocking Client call that cannot run (closed client, or
     │                               called from its own loop); also a RuntimeError (exit 1)
     └── ApiError                    the API said no, or could not be reached   (exit 1)
-        ├── AuthError               401: the key is missing or invalid
+        ├── AuthError               401: the key is missing or invalid         (exit 2)
         ├── PermissionDenied        403: the key may not touch this table / write
         ├── NotFound                404: the table or row does not exist
         ├── ApiValidationError      400/422 VALIDATION_ERROR: `field` names the column
@@ -243,7 +243,10 @@ class ApiError(ConnectorError):
 
 
 class AuthError(ApiError):
-    """401: set a valid key in CONNECTOR_API_KEY (or the job's key variable)."""
+    """401: set a valid key in CONNECTOR_API_KEY (or the job's key variable). A key the
+    server refuses is a configuration error (exit 2): running again will not help."""
+
+    exit_code = ExitCode.USAGE
 
 
 class PermissionDenied(ApiError):

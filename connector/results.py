@@ -116,16 +116,19 @@ class PushResult:
 
 
 def outcome(
-    results: Sequence[TableResult | PushResult], error: str | None
+    results: Sequence[TableResult | PushResult], error: str | None, error_code: int | None = None
 ) -> tuple[Literal["ok", "partial", "failed"], int]:
-    """The one status rule: failed (exit 1) when the run could not go on, a table or push
-    failed, or nothing at all could be read; partial (3) when tables were skipped (403) or
-    frozen (a column change under ``schema = "freeze"``), or the server rejected rows of a
-    push; else ok (0)."""
+    """The one status rule: failed (exit 1, or the code of the error that stopped the run:
+    2 for a key the server refuses) when the run could not go on, a table or push failed,
+    or nothing at all could be read; partial (3) when tables were skipped (403) or frozen (a
+    column change under ``schema = "freeze"``), or the server rejected rows of a push; else
+    ok (0)."""
     rejected = [r for r in results if isinstance(r, PushResult) and r.rejected]
     failed = [r for r in results if r.status == "failed" and r not in rejected]
     held = [r for r in results if r.status in ("skipped", "frozen")]
-    if error is not None or failed or (held and len(held) == len(results)):
+    if error is not None:
+        return "failed", error_code or ExitCode.FAILED
+    if failed or (held and len(held) == len(results)):
         return "failed", ExitCode.FAILED
     if held or rejected:
         return "partial", ExitCode.PARTIAL

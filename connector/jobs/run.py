@@ -117,6 +117,7 @@ class _Runner:
         self.context: RunContext | None = None
         self.client: Client | None = None
         self.pushing: PushSpec | None = None  # the push in flight
+        self.error_code: int | None = None  # of the error that stopped the run
 
     def run(self, wait: float) -> RunSummary:
         job = self.job
@@ -139,7 +140,7 @@ class _Runner:
                 except ConfigError:
                     raise
                 except ConnectorError as exc:  # a bad key, an unreachable server or database
-                    error = str(exc)
+                    error, self.error_code = str(exc), exc.exit_code
                     self.tables = list(self.context.results) if self.context else []
                     self.emit("error", error=error)
                 summary = self._summary(error)
@@ -219,7 +220,7 @@ class _Runner:
 
     def _summary(self, error: str | None) -> RunSummary:
         job = self.job
-        status, code = outcome([*self.tables, *self.pushes], error)
+        status, code = outcome([*self.tables, *self.pushes], error, self.error_code)
         limit = self.client.concurrency if self.client is not None else None
         return RunSummary(
             job=job.name,
