@@ -31,6 +31,7 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,7 @@ class DeltaDestination:
         table = None if change.mode == "replace" else self._open(uri)
         marks = change.mark or (table is not None and DELETED_AT in _names(table))
         schema = target.with_marks(marks)
+        change = replace(change, rows=_own_errors(change.rows))
         with self._failures("writing", uri):
             if table is None:
                 return Committed(written=self._overwrite(uri, change.rows, schema))
@@ -170,7 +172,7 @@ class DeltaDestination:
         """Columns renamed, retyped or dropped: the table rewritten in one overwrite commit,
         its kept rows converted, then the change's rows."""
         kept = KeptRows(lambda columns: _rows(table, columns), target, change, schema)
-        new = kept.new_rows(change.rows)
+        new = kept.new_rows()
         counted = Counted(new)
         self._overwrite(uri, _chain(kept, counted), schema)
         return Committed(written=counted.count, deleted=kept.deleted)
@@ -244,9 +246,23 @@ class DeltaDestination:
             yield
         except ConnectorError:
             raise
+        except _StreamError as exc:
+            raise exc.__cause__ from None  # type: ignore[misc]
         except Exception as exc:
             text = " ".join(str(exc).split()) or type(exc).__name__
             raise DestinationError(f"{doing} Delta table {uri} failed: {text[:300]}") from exc
+
+
+class _StreamError(Exception):
+    """The change's row stream failed (a failed read upstream): carried past `_failures`
+    to be re-raised as itself, not as a failure of the Delta table."""
+
+
+def _own_errors(rows: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    try:
+        yield from rows
+    except Exception as exc:
+        raise _StreamError() from exc
 
 
 def _with_ops(

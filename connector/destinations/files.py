@@ -98,7 +98,7 @@ class FilesDestination:
         held = None if change.mode == "replace" else self.store.readable(name)
         with self._failures(name):
             if held is None:
-                schema = target.with_marks(change.mark and change.mode == "merge")
+                schema = target.with_marks(change.mark and self.capabilities.marks)
                 rows = Counted(conform(b, schema) for b in change.rows)
                 self._write(name, rows, schema)
                 return Committed(written=rows.count)
@@ -106,7 +106,7 @@ class FilesDestination:
                 marks = change.mark or DELETED_AT in old.schema_arrow.names
                 schema = target.with_marks(marks)
                 kept = KeptRows(lambda columns: parquet_batches(old, columns), target, change, schema)
-                new = Counted(conform(b, schema) for b in kept.new_rows(change.rows))
+                new = Counted(conform(b, schema) for b in kept.new_rows())
                 self._write(name, _chain(kept, new), schema)
             return Committed(written=new.count, deleted=kept.deleted)
 

@@ -9,6 +9,7 @@ followed by the change's rows. One pass, nothing held but a batch.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import numpy as np
@@ -54,14 +55,20 @@ class KeptRows:
     ) -> None:
         self.read_old = read_old
         self.target = target
+        if change.mode == "merge" and change.ids is None:
+            # which held rows come anew must be known before they stream: gather the ids
+            # (the rows then held in memory; the runner gives them, so its merges stream)
+            rows = list(change.rows)
+            change = replace(change, rows=rows, ids=IdSet.of(b.column(target.id_name) for b in rows))
         self.change = change
         self.schema = schema
         self.deleted = 0
         self.held = IdSet()  # an append's: the ids the file holds
         self._renames = renames(change.evolve)
 
-    def new_rows(self, rows: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def new_rows(self) -> Iterator[pa.RecordBatch]:
         """The change's rows an append adds (ids the file does not hold yet); a merge's all."""
+        rows = self.change.rows
         if self.change.mode != "append":
             yield from rows
             return

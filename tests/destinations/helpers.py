@@ -46,9 +46,11 @@ __all__ = ["Place", "apply", "config", "to_batches"]
 Rows = Sequence[dict[str, Any]] | Iterable[pa.RecordBatch]
 
 
-def config(kind: str, location: str, mode: WriteMode = "replace", **options: Any) -> DestinationConfig:
+def config(
+    kind: str, location: str, mode: WriteMode = "replace", *, where: str = "test", **options: Any
+) -> DestinationConfig:
     """A destination of `kind` (``url`` picks duckdb or sql by scheme) at `location`."""
-    return make_config(kind, location, mode=mode, where="test", base=Path.cwd(), **options)
+    return make_config(kind, location, mode=mode, where=where, base=Path.cwd(), **options)
 
 
 def to_batches(rows: Rows, table: Table = TABLE, size: int = 3) -> Iterable[pa.RecordBatch]:

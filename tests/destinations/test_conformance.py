@@ -408,13 +408,14 @@ def test_a_column_renamed_keeps_its_values(place: Place) -> None:
                     else c for c in TABLE.columns)
     after = Table(TABLE.id, TABLE.name, columns)
     new = {**{k: v for k, v in numbered(1, start=7)[0].items() if k != "Name"}, "Title": "new"}
-    done = place.apply([new], table=after, mode="merge", mark=True,
+    update = {**{k: v for k, v in ROWS[3].items() if k != "Name"}, "Title": "updated"}
+    done = place.apply([new, update], table=after, mode="merge", mark=True,
                        evolve=(RenameColumn("Name", "Title"),))
-    assert (done.written, done.deleted) == (1, 0)
+    assert (done.written, done.deleted) == (2, 0)
     held = place.held()
     assert held is not None
     assert {i: r["Title"] for i, r in held.items()} == {
-        **{r["_id"]: r["Name"] for r in ROWS}, "row_7": "new"}
+        **{r["_id"]: r["Name"] for r in ROWS}, "row_7": "new", "row_4": "updated"}
     assert "Name" not in place.types() and place.types()["Title"] == "text"
     assert held["row_2"][DELETED_AT] is not None
     assert held["row_1"]["Amount"] == ROWS[0]["Amount"]  # the other columns untouched
@@ -491,9 +492,10 @@ def failing(rows: list[dict[str, Any]], table: Table = TABLE) -> Iterator[pa.Rec
     raise Boom("the read failed mid-way")
 
 
-GROWN = Table(TABLE.id, TABLE.name, tuple(
-    Column("Amount", "text", id=c.id) if c.name == "Amount" else c for c in TABLE.columns
-) + (Column("Notes", "text", id="col_Notes"),))
+GROWN = Table(TABLE.id, TABLE.name, (
+    *(Column("Amount", "text", id=c.id) if c.name == "Amount" else c for c in TABLE.columns),
+    Column("Notes", "text", id="col_Notes"),
+))
 
 
 @pytest.mark.parametrize("how", ["replace", "append", "merge", "merge-marks", "evolve"])

@@ -18,12 +18,13 @@ from click.testing import CliRunner, Result
 from deltalake import DeltaTable
 
 from connector.cli import main
+from connector.destinations import Committed, DestinationConfig
 from connector.errors import DestinationError
-from connector.load.delta import merge_delta, write_delta
+from tests.destinations.helpers import apply, config
+from tests.destinations.samples import ROWS, batch, batches, numbered
+from tests.destinations.test_cli import EXPECTED, FIELDS, SPEC
 from tests.fixtures.s3 import S3Bucket
 from tests.fixtures.server import RunningServer
-from tests.destinations.samples import ROWS, SCHEMA, batch, batches, numbered
-from tests.destinations.test_cli import EXPECTED, FIELDS, SPEC
 
 
 def run(server: RunningServer, *args: str) -> Result:
@@ -90,15 +91,20 @@ def test_export_to_delta_on_s3(orders: tuple[RunningServer, str], s3: S3Bucket) 
 
 
 @pytest.fixture(params=["local", "s3"])
-def uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def lake(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The folder of Delta tables: a local one, or a prefix on the S3 server."""
     if request.param == "local":
-        return str(tmp_path / "orders")
+        return str(tmp_path / "lake")
     s3: S3Bucket = request.getfixturevalue("s3")
-    return s3.url("lake/orders")
+    return s3.url("lake")
 
 
 def reader_options(uri: str, request: pytest.FixtureRequest) -> dict[str, str] | None:
     return s3_options(request.getfixturevalue("s3")) if uri.startswith("s3://") else None
+
+
+def delta(lake: str, mode: str = "replace") -> DestinationConfig:
+    return config("delta", lake, mode)  # type: ignore[arg-type]
 
 
 def rows_of(uri: str, options: dict[str, str] | None) -> dict[str, dict[str, Any]]:
@@ -106,14 +112,15 @@ def rows_of(uri: str, options: dict[str, str] | None) -> dict[str, dict[str, Any
     return {r["_id"]: r for r in table.to_pyarrow_table().to_pylist()}
 
 
-def test_merge_upserts_and_deletes_in_one_commit(uri: str, request: pytest.FixtureRequest) -> None:
-    options = reader_options(uri, request)
-    assert write_delta(batches(numbered(10)), SCHEMA, uri, "replace", id_name="_id") == 10
+def test_merge_upserts_and_deletes_in_one_commit(lake: str, request: pytest.FixtureRequest) -> None:
+    uri, options = f"{lake}/orders", reader_options(lake, request)
+    assert apply(delta(lake), batches(numbered(10))) == Committed(written=10)
     changed = numbered(2, start=8, name="changed") + numbered(2, start=10, name="new")
-    gone = pa.array(["row_0", "row_1", "row_unknown"])
-    assert merge_delta(batches(changed), SCHEMA, uri, id_name="_id", deleted=gone) == 4
+    done = apply(delta(lake, "merge"), batches(changed), deleted=["row_0", "row_1", "row_unknown"])
+    assert done == Committed(written=4, deleted=2)
     table = DeltaTable(uri, storage_options=options)
     assert table.version() == 1  # rows and deletions: one commit
+    assert table.history()[0]["operation"] == "MERGE"
     held = rows_of(uri, options)
     assert sorted(held) == sorted(f"row_{i}" for i in range(2, 12))
     assert held["row_9"]["Name"] == "changed 9" and held["row_11"]["Name"] == "new 11"
@@ -121,18 +128,23 @@ def test_merge_upserts_and_deletes_in_one_commit(uri: str, request: pytest.Fixtu
     assert "_deleted_at" not in held["row_5"]
 
 
-def test_mark_stamps_deleted_rows_and_clears_returning_ones(uri: str, request: pytest.FixtureRequest) -> None:
-    options = reader_options(uri, request)
-    write_delta(batches(numbered(5)), SCHEMA, uri, "replace", id_name="_id")
-    merge_delta(iter(()), SCHEMA, uri, id_name="_id", deleted=pa.array(["row_0", "row_1"]), mark=True)
+def test_mark_stamps_deleted_rows_and_clears_returning_ones_a_commit_each(
+    lake: str, request: pytest.FixtureRequest
+) -> None:
+    uri, options = f"{lake}/orders", reader_options(lake, request)
+    apply(delta(lake, "merge"), batches(numbered(5)), mark=True)
+    assert apply(delta(lake, "merge"), [], deleted=["row_0", "row_1"], mark=True) == Committed(
+        deleted=2)
     first = rows_of(uri, options)
     assert len(first) == 5
     stamped = {i: r["_deleted_at"] for i, r in first.items() if r["_deleted_at"] is not None}
     assert sorted(stamped) == ["row_0", "row_1"]
 
     # row_1 deleted again (its first stamp stays); row_0 comes back; row_2 is deleted now
-    merge_delta(batches(numbered(1, name="back")), SCHEMA, uri, id_name="_id",
-                deleted=pa.array(["row_1", "row_2"]), mark=True)
+    done = apply(delta(lake, "merge"), batches(numbered(1, name="back")),
+                 deleted=["row_1", "row_2"], mark=True)
+    assert done == Committed(written=1, deleted=1)
+    assert DeltaTable(uri, storage_options=options).version() == 2  # one commit a merge
     second = rows_of(uri, options)
     assert second["row_0"]["_deleted_at"] is None and second["row_0"]["Name"] == "back 0"
     assert second["row_1"]["_deleted_at"] == stamped["row_1"]
@@ -140,20 +152,20 @@ def test_mark_stamps_deleted_rows_and_clears_returning_ones(uri: str, request: p
 
 
 def test_append_adds_only_new_ids_in_one_commit(tmp_path: Path) -> None:
-    uri = str(tmp_path / "orders")
-    write_delta(batches(numbered(3)), SCHEMA, uri, "replace", id_name="_id")
+    lake = str(tmp_path / "lake")
+    apply(delta(lake), batches(numbered(3)))
     again = numbered(3, name="ignored") + numbered(2, start=3)
-    write_delta(batches(again), SCHEMA, uri, "append", id_name="_id")
-    table = DeltaTable(uri)
+    assert apply(delta(lake, "append"), batches(again)) == Committed(written=2)
+    table = DeltaTable(f"{lake}/orders")
     assert table.version() == 1
-    held = rows_of(uri, None)
+    held = rows_of(f"{lake}/orders", None)
     assert len(held) == 5 and held["row_0"]["Name"] == "row 0" and held["row_4"]["Name"] == "row 4"
 
 
 def test_every_type_survives(tmp_path: Path) -> None:
-    uri = str(tmp_path / "typed")
-    write_delta([batch(ROWS)], SCHEMA, uri, "replace", id_name="_id")
-    back = DeltaTable(uri).to_pyarrow_table().to_pylist()
+    lake = str(tmp_path / "lake")
+    apply(delta(lake), [batch(ROWS)])
+    back = DeltaTable(f"{lake}/orders").to_pyarrow_table().to_pylist()
     assert back == ROWS  # choices come back as their text, timestamps as UTC
 
 
@@ -166,14 +178,15 @@ def failing(rows: list[dict[str, Any]]) -> Iterator[pa.RecordBatch]:
     raise Boom("the read failed mid-way")
 
 
-def test_a_failed_write_or_merge_leaves_the_previous_version(uri: str, request: pytest.FixtureRequest) -> None:
-    options = reader_options(uri, request)
-    write_delta(batches(numbered(4)), SCHEMA, uri, "replace", id_name="_id")
+def test_a_failed_write_or_merge_leaves_the_previous_version(
+    lake: str, request: pytest.FixtureRequest
+) -> None:
+    uri, options = f"{lake}/orders", reader_options(lake, request)
+    apply(delta(lake), batches(numbered(4)))
+    with pytest.raises(Boom):  # the stream's own error, not a DestinationError
+        apply(delta(lake), failing(numbered(6, name="new")))
     with pytest.raises(Boom):
-        write_delta(failing(numbered(6, name="new")), SCHEMA, uri, "replace", id_name="_id")
-    with pytest.raises(Boom):
-        merge_delta(failing(numbered(6, name="new")), SCHEMA, uri, id_name="_id",
-                    deleted=pa.array(["row_0"]))
+        apply(delta(lake, "merge"), failing(numbered(6, name="new")), deleted=["row_0"])
     table = DeltaTable(uri, storage_options=options)
     assert table.version() == 0
     assert sorted(r["Name"] for r in rows_of(uri, options).values()) == [f"row {i}" for i in range(4)]
@@ -181,5 +194,5 @@ def test_a_failed_write_or_merge_leaves_the_previous_version(uri: str, request: 
 
 def test_a_storage_failure_is_one_destination_error(s3: S3Bucket) -> None:
     with pytest.raises(DestinationError, match="s3://no-such-bucket-here/t") as caught:
-        write_delta(batches(numbered(2)), SCHEMA, "s3://no-such-bucket-here/t", "replace", id_name="_id")
+        apply(delta("s3://no-such-bucket-here/t"), batches(numbered(2)))
     assert "\n" not in str(caught.value) and "testing" not in str(caught.value)

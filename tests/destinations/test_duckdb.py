@@ -1,5 +1,7 @@
-"""DuckDB destinations: the writer (types, modes, one transaction a write) and `load --to duckdb:///`
-against the reference server over HTTP, read back with duckdb itself; a killed load keeps the old table."""
+"""DuckDB destinations: the destination (types, modes, one transaction a write, a locked
+file) and `load --to duckdb:///` against the reference server over HTTP, read back with
+duckdb itself; a killed or stopped load keeps the old table. Modes, marks, schema changes and
+failed streams for every kind: `test_conformance`."""
 
 from __future__ import annotations
 
@@ -20,13 +22,25 @@ import pytest
 from click.testing import CliRunner, Result
 
 from connector.cli import main
+from connector.destinations import Committed, open_destination
+from connector.destinations.duckdb import CHUNK_ROWS
+from connector.destinations.evolve import AddColumn
 from connector.errors import ConfigError, DestinationError
-from connector.load.duckdb import connect, url_path, write_table
+from connector.modes import WriteMode
 from connector.schema import Table, arrow_schema
 from connector.server.demo import SPECS
-from tests.fixtures.server import ROOT, RunningServer, ServerFactory
+from tests.destinations.helpers import apply, config
 from tests.destinations.samples import ROWS, SCHEMA, TABLE, batches, kill_when, numbered
-from tests.destinations.test_interrupt import FIRST, MORE, SIGNALS, check_stopped, finish, seeded, start
+from tests.destinations.test_interrupt import (
+    FIRST,
+    MORE,
+    SIGNALS,
+    check_stopped,
+    finish,
+    seeded,
+    start,
+)
+from tests.fixtures.server import ROOT, RunningServer, ServerFactory
 
 #: The API's column types as DuckDB reports the columns we create (choices are text).
 DUCK_TYPES = {"text": "VARCHAR", "choice": "VARCHAR", "number": "DOUBLE", "checkbox": "BOOLEAN",
@@ -39,14 +53,10 @@ def db(tmp_path: Path) -> str:
     return str(tmp_path / "warehouse.duckdb")
 
 
-def write(db: str, rows: list[dict[str, Any]] | Iterator[pa.RecordBatch], mode: str = "replace",
-          **options: Any) -> int:
+def write(db: str, rows: list[dict[str, Any]] | Iterator[pa.RecordBatch], mode: WriteMode = "replace",
+          **options: Any) -> Committed:
     stream = batches(rows, size=3) if isinstance(rows, list) else rows
-    con = connect(db)
-    try:
-        return write_table(con, stream, TABLE, SCHEMA, mode, name="orders", **options)  # type: ignore[arg-type]
-    finally:
-        con.close()
+    return apply(config("url", f"duckdb:///{db}", mode), stream, **options)
 
 
 def read(db: str, sql: str) -> list[tuple[Any, ...]]:
@@ -72,7 +82,7 @@ ALL = "SELECT " + ", ".join(f'"{c}"' for c in SCHEMA.names) + ' FROM orders ORDE
 
 
 def test_every_type_loads_with_its_duckdb_type_and_nulls(db: str) -> None:
-    assert write(db, ROWS) == len(ROWS)
+    assert write(db, ROWS) == Committed(written=len(ROWS))
     assert types(db, "orders") == {
         "_id": "VARCHAR", "_created_at": STAMP, "_updated_at": STAMP, "Name": "VARCHAR",
         "Status": "VARCHAR", "Amount": "DOUBLE", "Paid": "BOOLEAN", "Due": "DATE", "id": "VARCHAR",
@@ -83,14 +93,14 @@ def test_every_type_loads_with_its_duckdb_type_and_nulls(db: str) -> None:
 
 def test_replace_swaps_the_whole_table_and_leaves_no_staging_table(db: str) -> None:
     write(db, ROWS)
-    assert write(db, numbered(250), mode="replace") == 250
+    assert write(db, numbered(250), mode="replace") == Committed(written=250)
     assert read(db, "SELECT count(*), min(\"Name\") FROM orders") == [(250, "row 0")]
     assert tables(db) == ["orders"]
 
 
 def test_replace_with_no_rows_leaves_an_empty_typed_table(db: str) -> None:
     write(db, ROWS)
-    assert write(db, []) == 0
+    assert write(db, []) == Committed(written=0)
     assert read(db, "SELECT count(*) FROM orders") == [(0,)]
     assert types(db, "orders")["Due"] == "DATE"
 
@@ -98,22 +108,21 @@ def test_replace_with_no_rows_leaves_an_empty_typed_table(db: str) -> None:
 def test_append_adds_only_new_ids_and_leaves_held_rows_unchanged(db: str) -> None:
     write(db, numbered(5))
     changed = numbered(8, name="changed")
-    assert write(db, changed, mode="append") == 3
+    assert write(db, changed, mode="append") == Committed(written=3)
     names = read(db, 'SELECT "_id", "Name" FROM orders ORDER BY "_id"')
     assert names == sorted([(f"row_{i}", f"row {i}") for i in range(5)]
                            + [(f"row_{i}", f"changed {i}") for i in range(5, 8)])
 
 
-def test_append_and_merge_add_columns_added_upstream(db: str) -> None:
+@pytest.mark.parametrize("mode", ["append", "merge"])
+def test_append_and_merge_add_columns_added_upstream(db: str, mode: WriteMode) -> None:
     narrow = Table(TABLE.id, TABLE.name, TABLE.columns[:2])
     schema = arrow_schema(narrow)
     rows = [{k: r[k] for k in schema.names} for r in ROWS[:2]]
-    con = connect(db)
-    write_table(con, [pa.RecordBatch.from_pylist(rows, schema=schema)], narrow, schema, "replace",
-                name="orders")
-    con.close()
+    write(db, iter([pa.RecordBatch.from_pylist(rows, schema=schema)]), table=narrow)
     assert list(types(db, "orders")) == ["_id", "_created_at", "_updated_at", "Name", "Status"]
-    write(db, ROWS[2:], mode="merge")
+    added = tuple(AddColumn(c.name, c.type) for c in TABLE.columns[2:])
+    assert write(db, ROWS[2:], mode=mode, evolve=added) == Committed(written=2)
     assert list(types(db, "orders")) == SCHEMA.names
     assert read(db, 'SELECT "_id", "Amount" FROM orders ORDER BY "_id"') == [
         ("row_1", None), ("row_2", None), ("row_3", None), ("row_4", 1e300)]
@@ -121,45 +130,42 @@ def test_append_and_merge_add_columns_added_upstream(db: str) -> None:
 
 def test_merge_upserts_by_row_id_and_deletes_in_the_same_transaction(db: str) -> None:
     write(db, numbered(6))
-    gone = pa.array(["row_1", "row_4", "row_unknown"], pa.string())
-    assert write(db, numbered(2, start=3, name="new") + numbered(1, start=9), mode="merge",
-                 deleted=gone) == 3
+    gone = ["row_1", "row_4", "row_unknown"]
+    done = write(db, numbered(2, start=3, name="new") + numbered(1, start=9), mode="merge",
+                 deleted=gone)
+    assert done == Committed(written=3, deleted=2)
     assert read(db, 'SELECT "_id", "Name" FROM orders ORDER BY "_id"') == [
         ("row_0", "row 0"), ("row_2", "row 2"), ("row_3", "new 3"), ("row_5", "row 5"),
         ("row_9", "row 9")]
 
 
 def test_merge_marks_deleted_rows_and_a_row_that_comes_back_is_unmarked(db: str) -> None:
-    write(db, numbered(4))
+    write(db, numbered(4), mode="merge", mark=True)
     before = datetime.now(UTC)
-    write(db, numbered(1, start=0, name="new"), mode="merge", deleted=pa.array(["row_2", "row_3"]),
-          mark=True)
+    write(db, numbered(1, start=0, name="new"), mode="merge", deleted=["row_2", "row_3"], mark=True)
     stamps = dict(read(db, 'SELECT "_id", "_deleted_at" FROM orders'))
     assert stamps["row_0"] is None and stamps["row_1"] is None
     assert stamps["row_2"] >= before and stamps["row_3"] == stamps["row_2"]
+    assert types(db, "orders")["_deleted_at"] == STAMP
     first = stamps["row_2"]
     # marked again: the first stamp stays; row_3 comes back: its stamp goes
-    write(db, numbered(1, start=3, name="back"), mode="merge", deleted=pa.array(["row_2"]), mark=True)
+    write(db, numbered(1, start=3, name="back"), mode="merge", deleted=["row_2"], mark=True)
     stamps = dict(read(db, 'SELECT "_id", "_deleted_at" FROM orders'))
     assert (stamps["row_2"], stamps["row_3"]) == (first, None)
     assert read(db, "SELECT \"Name\" FROM orders WHERE \"_id\" = 'row_3'") == [("back 3",)]
 
 
-def test_merge_into_a_missing_table_creates_it(db: str) -> None:
-    assert write(db, ROWS, mode="merge") == len(ROWS)
-    assert read(db, ALL) == as_tuples(ROWS)
-
-
 def test_a_failed_write_leaves_the_previous_table_in_every_mode(db: str) -> None:
+    """Past the first chunk (`CHUNK_ROWS`): rows of the open transaction were inserted."""
     write(db, ROWS)
 
     def failing() -> Iterator[pa.RecordBatch]:
-        yield from batches(numbered(70_000, name="new"), size=10_000)  # past the first chunk
+        yield from batches(numbered(CHUNK_ROWS + 5_000, name="new"), size=10_000)
         raise RuntimeError("the read broke")
 
     for mode in ("replace", "append", "merge"):
         with pytest.raises(RuntimeError, match="the read broke"):
-            write(db, failing(), mode=mode, deleted=pa.array(["row_1"]) if mode == "merge" else None)
+            write(db, failing(), mode=mode, deleted=["row_1"] if mode == "merge" else ())  # type: ignore[arg-type]
         assert read(db, ALL) == as_tuples(ROWS), mode
         assert tables(db) == ["orders"]
 
@@ -167,11 +173,11 @@ def test_a_failed_write_leaves_the_previous_table_in_every_mode(db: str) -> None
 def test_hostile_table_and_column_names_load_safely(db: str) -> None:
     hostile = Table("tbl_x", 'we"ird; DROP TABLE orders; --', TABLE.columns)
     write(db, ROWS)
-    con = connect(db)
-    write_table(con, batches(ROWS), hostile, SCHEMA, "replace", name=hostile.name)
-    con.close()
+    write(db, batches(ROWS), table=hostile)
+    write(db, batches(numbered(1, start=7)), table=hostile, mode="merge", deleted=["row_1"])
     assert tables(db) == sorted(["orders", hostile.name])
     assert read(db, 'SELECT count(*) FROM "we""ird; DROP TABLE orders; --"') == [(len(ROWS),)]
+    assert read(db, "SELECT count(*) FROM orders") == [(len(ROWS),)]
 
 
 def test_a_database_another_process_holds_is_a_destination_error(db: str) -> None:
@@ -183,18 +189,29 @@ def test_a_database_another_process_holds_is_a_destination_error(db: str) -> Non
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-        with pytest.raises(DestinationError, match=r"^opening duckdb:.*warehouse\.duckdb failed: .*lock"):
-            connect(db)
+        destination = open_destination(config("url", f"duckdb:///{db}"))
+        try:
+            with pytest.raises(DestinationError,
+                               match=r"^opening duckdb:.*warehouse\.duckdb failed: .*lock"):
+                destination.check()
+        finally:
+            destination.close()
     finally:
         holder.kill()
         holder.wait()
 
 
 @pytest.mark.parametrize("url", ["duckdb://", "duckdb:///", "duckdb:///:memory:", "duckdb:///x.db?a=1",
-                                 "duckdb://host/x.db", "sqlite:///x.db", "duckdb:///dir/"])
+                                 "duckdb://host/x.db", "duckdb:///dir/"])
 def test_a_url_without_a_database_file_is_a_config_error(url: str) -> None:
-    with pytest.raises(ConfigError, match=r"^--to: .*duckdb:///analytics\.duckdb"):
-        url_path(url, "--to")
+    for kind in ("url", "duckdb"):
+        with pytest.raises(ConfigError, match=r"^--to: .*duckdb:///analytics\.duckdb"):
+            config(kind, url, where="--to")
+
+
+def test_a_url_of_another_kind_is_not_a_duckdb_url() -> None:
+    with pytest.raises(ConfigError, match=r"^--to: 'sqlite:///x.db' is not a DuckDB URL"):
+        config("duckdb", "sqlite:///x.db", where="--to")
 
 
 # --- connector load --to duckdb:/// against the reference server ---------------------------------

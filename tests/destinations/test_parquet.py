@@ -1,4 +1,7 @@
-"""Parquet export: every type reads back right in pyarrow, pandas and DuckDB; writes are atomic."""
+"""Parquet files through the destination protocol: every type reads back right in pyarrow,
+pandas and DuckDB; the file says what it was extracted from; writes are atomic (a failed or
+killed write leaves the previous file). Modes, marks, schema changes for every kind:
+`test_conformance`."""
 
 from __future__ import annotations
 
@@ -13,9 +16,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from connector.destinations import Committed, DestinationConfig
+from connector.destinations.evolve import AddColumn
+from connector.destinations.formats import ROW_GROUP_ROWS
 from connector.errors import DestinationError
-from connector.load.parquet import ROW_GROUP_ROWS, merge_parquet, write_parquet
 from connector.schema import Column, Table, arrow_schema
+from tests.destinations.helpers import apply, config
 from tests.destinations.samples import (
     OPTIONS,
     ROWS,
@@ -27,14 +33,22 @@ from tests.destinations.samples import (
     numbered,
 )
 
-EXTRACTED = datetime(2026, 11, 22, 6, 0, tzinfo=UTC)
+
+def parquet(folder: Path, mode: str = "replace") -> DestinationConfig:
+    return config("parquet", str(folder), mode)  # type: ignore[arg-type]
 
 
 @pytest.fixture
-def exported(tmp_path: Path) -> Path:
-    path = tmp_path / "out" / "orders.parquet"
-    assert write_parquet(batches(ROWS, size=2), SCHEMA, path, extracted_at=EXTRACTED) == len(ROWS)
-    return path
+def extracted(tmp_path: Path) -> tuple[Path, datetime, datetime]:
+    """ROWS written to ``out/orders.parquet``, with the times before and after the write."""
+    before = datetime.now(UTC)
+    assert apply(parquet(tmp_path / "out"), batches(ROWS, size=2)) == Committed(written=len(ROWS))
+    return tmp_path / "out" / "orders.parquet", before, datetime.now(UTC)
+
+
+@pytest.fixture
+def exported(extracted: tuple[Path, datetime, datetime]) -> Path:
+    return extracted[0]
 
 
 def test_pyarrow_reads_every_type_and_value_back(exported: Path) -> None:
@@ -107,12 +121,13 @@ def test_duckdb_reads_sql_types_and_nulls(exported: Path) -> None:
     ]
 
 
-def test_file_says_what_it_was_extracted_from(exported: Path) -> None:
+def test_file_says_what_it_was_extracted_from(extracted: tuple[Path, datetime, datetime]) -> None:
+    exported, before, after = extracted
     schema = pq.read_schema(exported)
     meta = schema.metadata
     assert meta[b"connector.table_id"] == b"tbl_orders"
     assert meta[b"connector.table_name"] == b"orders"
-    assert datetime.fromisoformat(meta[b"connector.extracted_at"].decode()) == EXTRACTED
+    assert before <= datetime.fromisoformat(meta[b"connector.extracted_at"].decode()) <= after
     columns = json.loads(meta[b"connector.columns"])
     assert columns[:3] == [
         {"name": "_id", "system": "id"},
@@ -129,29 +144,28 @@ def test_file_says_what_it_was_extracted_from(exported: Path) -> None:
 
 def test_pages_are_gathered_into_large_row_groups(tmp_path: Path) -> None:
     rows = numbered(ROW_GROUP_ROWS + 100)
-    path = tmp_path / "big.parquet"
-    assert write_parquet(batches(rows, size=1000), SCHEMA, path) == len(rows)
-    meta = pq.ParquetFile(path).metadata
+    assert apply(parquet(tmp_path), batches(rows, size=1000)) == Committed(written=len(rows))
+    meta = pq.ParquetFile(tmp_path / "orders.parquet").metadata
     assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [ROW_GROUP_ROWS, 100]
 
 
 def test_a_table_without_rows_is_a_valid_empty_file(tmp_path: Path) -> None:
-    path = tmp_path / "empty.parquet"
-    assert write_parquet([], SCHEMA, path) == 0
-    read = pq.read_table(path)
+    assert apply(parquet(tmp_path), []) == Committed()
+    read = pq.read_table(tmp_path / "orders.parquet")
     assert read.num_rows == 0
     assert read.schema.names == SCHEMA.names
 
 
 def test_a_choice_value_outside_the_options_is_kept(tmp_path: Path) -> None:
-    path = tmp_path / "odd.parquet"
-    write_parquet([batch([{**ROWS[0], "Status": "archived"}])], SCHEMA, path)
-    frame = pd.read_parquet(path)
+    apply(parquet(tmp_path), [batch([{**ROWS[0], "Status": "archived"}])])
+    frame = pd.read_parquet(tmp_path / "orders.parquet")
     assert frame["Status"].tolist() == ["archived"]
     assert list(frame["Status"].cat.categories) == [*OPTIONS, "archived"]
 
 
-def test_failed_export_leaves_the_previous_file_untouched(exported: Path) -> None:
+@pytest.mark.parametrize("mode", ["replace", "append", "merge"])
+def test_a_failed_write_leaves_the_previous_file_untouched(exported: Path, mode: str) -> None:
+    """Past the first row group: bytes of the new file were already written aside."""
     before = exported.read_bytes()
 
     def failing() -> Iterator[pa.RecordBatch]:
@@ -159,44 +173,50 @@ def test_failed_export_leaves_the_previous_file_untouched(exported: Path) -> Non
         raise RuntimeError("the API went away")
 
     with pytest.raises(RuntimeError, match="went away"):
-        write_parquet(failing(), SCHEMA, exported)
+        apply(parquet(exported.parent, mode), failing(), deleted=["row_1"])
     assert exported.read_bytes() == before
     assert [p.name for p in exported.parent.iterdir()] == [exported.name]  # no temp file left
 
 
 KILLED_EXPORT = """
 import pathlib, sys, time
-from connector.load.parquet import write_parquet
-from tests.destinations.samples import SCHEMA, batches, numbered
+import pyarrow as pa
+from connector.ids import IdSet
+from tests.destinations.helpers import apply, config
+from tests.destinations.samples import batches, numbered
+
+rows = numbered(100_000)
 
 def slow():
-    for i, b in enumerate(batches(numbered(100_000), size=1000)):
+    for i, b in enumerate(batches(rows, size=1000)):
         if i == 70:  # past the first row group: bytes are already in the temp file
-            pathlib.Path(sys.argv[2]).touch()
+            pathlib.Path(sys.argv[3]).touch()
             time.sleep(60)
         yield b
 
-write_parquet(slow(), SCHEMA, sys.argv[1])
+ids = IdSet.of([pa.array([r["_id"] for r in rows])])  # given, as the runner does: rows stream
+apply(config("parquet", sys.argv[1], sys.argv[2]), slow(), deleted=["row_1"], ids=ids)
 """
 
 
-def test_killed_export_leaves_the_previous_file_and_a_rerun_works(exported: Path) -> None:
+@pytest.mark.parametrize("mode", ["replace", "merge"])
+def test_a_killed_write_leaves_the_previous_file_and_a_rerun_works(exported: Path, mode: str) -> None:
     before = exported.read_bytes()
-    kill_midway(KILLED_EXPORT, str(exported), marker=exported.parent.parent / 'ready')
+    kill_midway(KILLED_EXPORT, str(exported.parent), mode, marker=exported.parent.parent / "ready")
     assert exported.read_bytes() == before
     partial = [p for p in exported.parent.iterdir() if p != exported]
     assert len(partial) == 1 and partial[0].stat().st_size > 0  # the killed write's leftover
     assert sorted(exported.parent.glob("*.parquet")) == [exported]  # invisible to globs
 
-    assert write_parquet(batches(numbered(10)), SCHEMA, exported) == 10
+    assert apply(parquet(exported.parent), batches(numbered(10))) == Committed(written=10)
     assert pq.read_table(exported).column("_id").to_pylist() == [f"row_{i}" for i in range(10)]
 
 
 def test_merge_upserts_by_row_id_and_drops_deleted_rows(exported: Path) -> None:
     changed = {**ROWS[1], "Name": "Grace", "Paid": True}
     new = numbered(1, start=9)[0]
-    total = merge_parquet([batch([changed, new])], SCHEMA, exported, deleted_ids=["row_3"])
-    assert total == 4
+    done = apply(parquet(exported.parent, "merge"), [batch([changed, new])], deleted=["row_3"])
+    assert done == Committed(written=2, deleted=1)
     rows = {r["_id"]: r for r in pq.read_table(exported).to_pylist()}
     assert sorted(rows) == ["row_1", "row_2", "row_4", "row_9"]
     assert rows["row_2"] == changed
@@ -205,19 +225,20 @@ def test_merge_upserts_by_row_id_and_drops_deleted_rows(exported: Path) -> None:
 
 
 def test_merge_into_a_missing_file_writes_it(tmp_path: Path) -> None:
-    path = tmp_path / "new.parquet"
-    assert merge_parquet(batches(ROWS), SCHEMA, path) == len(ROWS)
-    assert pq.read_table(path).to_pylist() == ROWS
+    assert apply(parquet(tmp_path, "merge"), batches(ROWS)) == Committed(written=len(ROWS))
+    assert pq.read_table(tmp_path / "orders.parquet").to_pylist() == ROWS
 
 
 def test_merge_after_a_column_was_added_upstream_keeps_old_rows(tmp_path: Path) -> None:
-    path = tmp_path / "grown.parquet"
-    write_parquet(batches(ROWS), SCHEMA, path)
+    path = tmp_path / "orders.parquet"
+    apply(parquet(tmp_path), batches(ROWS))
     grown = Table(TABLE.id, TABLE.name, (*TABLE.columns, Column("Notes", "text")))
     schema = arrow_schema(grown)
     fresh = {**numbered(1, start=7)[0], "Notes": "new column"}
-    merge_parquet([pa.RecordBatch.from_pylist([fresh], schema=schema)], schema, path)
+    apply(parquet(tmp_path, "merge"), [pa.RecordBatch.from_pylist([fresh], schema=schema)],
+          table=grown, evolve=(AddColumn("Notes", "text"),))
     rows = pq.read_table(path).to_pylist()
+    assert pq.read_schema(path).field("Notes").metadata[b"connector.type"] == b"text"
     assert [r["_id"] for r in rows] == ["row_1", "row_2", "row_3", "row_4", "row_7"]
     assert [r["Notes"] for r in rows] == [None, None, None, None, "new column"]
 
@@ -226,4 +247,4 @@ def test_an_unwritable_destination_is_a_clear_error(tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("a file where the export directory should be")
     with pytest.raises(DestinationError, match="not-a-directory"):
-        write_parquet(batches(ROWS), SCHEMA, blocker / "orders.parquet")
+        apply(parquet(blocker), batches(ROWS))
