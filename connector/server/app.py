@@ -40,6 +40,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from connector.server import openapi, query
 from connector.server.columns import TableDef
 from connector.server.faults import BadSetting, Faults, disturb_read
+from connector.server.late import LateWrites
 from connector.server.limits import MAX_BODY_BYTES, MAX_CELL_BYTES, MAX_RESPONSE_BYTES, Limits
 from connector.server.problems import ApiProblem, bad_request, invalid, not_found
 from connector.server.ratelimit import RateLimiter
@@ -89,6 +90,7 @@ class Call:
     storage: Storage
     limits: Limits
     faults: Faults
+    late: LateWrites
 
     def table(self, *, write: bool) -> TableDef:
         """The addressed table: 404 if it does not exist, 403 if the key may not use it.
@@ -108,6 +110,17 @@ class Call:
     async def body(self) -> dict[str, Any]:
         """The JSON object sent; 415 / 413 / 400 when it is not one."""
         return await json_body(self.request, self.limits.body)
+
+    # Row writes go through `late`: with the late-visibility fault they reach reads later.
+
+    def insert_rows(self, table: TableDef, cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return self.late.insert_rows(table, cells, self.faults.late_visibility_ms)
+
+    def update_row(self, table: TableDef, row_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+        return self.late.update_row(table, row_id, changes, self.faults.late_visibility_ms)
+
+    def delete_rows(self, table: TableDef, row_ids: list[str]) -> list[str]:
+        return self.late.delete_rows(table, row_ids, self.faults.late_visibility_ms)
 
     def fit(self, cells: dict[str, Any], *, index: int | None = None) -> dict[str, Any]:
         """`cells` if every text fits `max_cell_bytes`; 400 VALIDATION_ERROR naming the column."""
@@ -166,6 +179,7 @@ class _Gate:
         #: Keys that authenticated from each address: a block of the address spares them.
         self.trusted: dict[str, set[str]] = {}
         self.limits = limits
+        self.late = LateWrites(storage)
 
     def endpoint(self, handler: Handler, *, write: bool) -> Callable[[Request], Awaitable[Response]]:
         async def run(request: Request) -> Response:
@@ -185,7 +199,8 @@ class _Gate:
                         f"rate limit of {self.limiter.rate:g} requests a second exceeded",
                         headers={"Retry-After": RateLimiter.retry_after(wait)},
                     )
-            response = await handler(Call(request, key, self.storage, self.limits, faults))
+            self.late.apply_due()
+            response = await handler(Call(request, key, self.storage, self.limits, faults, self.late))
             if write and faults.hit(faults.fail_after_write_rate):
                 return problem_response(
                     ApiProblem(500, "injected failure after the write was committed (--fail-after-write-rate)")
@@ -197,11 +212,15 @@ class _Gate:
         return run
 
     async def control(self, request: Request) -> Response:
-        """``PUT /v1/_faults``: replace fault settings at once (any valid key); GET shows them.
+        """``PUT /v1/_faults``: replace fault settings at once; GET shows them.
 
-        Outside the faults it controls, so a server failing every request can be calmed.
+        Only an admin key (`connector keys create --admin`) may: any other key, read-only
+        or scoped ones included, gets 403. Outside the faults it controls, so a server
+        failing every request can be calmed.
         """
-        self._authenticate(request)
+        key = self._authenticate(request)
+        if not key.admin:
+            raise ApiProblem(403, "only an admin key (connector keys create --admin) may use /v1/_faults")
         if request.method == "PUT":
             changes = await json_body(request, self.limits.body)
             try:
@@ -273,18 +292,18 @@ async def list_rows(call: Call) -> Response:
 async def create_row(call: Call) -> Response:
     table = call.table(write=True)
     cells = call.fit(table.check_create(_fields(await call.body())))
-    return JSON(call.storage.insert_rows(table, [cells])[0], status_code=201)
+    return JSON(call.insert_rows(table, [cells])[0], status_code=201)
 
 
 async def update_row(call: Call) -> Response:
     table = call.table(write=True)
     changes = call.fit(table.check_update(_fields(await call.body())))
-    return JSON(call.storage.update_row(table, call.request.path_params["row_id"], changes))
+    return JSON(call.update_row(table, call.request.path_params["row_id"], changes))
 
 
 async def delete_row(call: Call) -> Response:
     table = call.table(write=True)
-    call.storage.delete_rows(table, [call.request.path_params["row_id"]])
+    call.delete_rows(table, [call.request.path_params["row_id"]])
     return Response(status_code=204)
 
 
@@ -300,7 +319,7 @@ async def create_rows(call: Call) -> Response:
         if not isinstance(item, dict) or "fields" not in item:
             raise invalid("rows", f'row {i}: each row must be {{"fields": {{...}}}}; nothing was written', index=i)
         cells.append(call.fit(table.check_create(item["fields"], index=i), index=i))
-    return JSON({"rows": call.storage.insert_rows(table, cells)}, status_code=201)
+    return JSON({"rows": call.insert_rows(table, cells)}, status_code=201)
 
 
 async def delete_rows(call: Call) -> Response:
@@ -310,7 +329,7 @@ async def delete_rows(call: Call) -> Response:
         raise invalid("row_ids", 'the body must be {"row_ids": ["row_...", ...]}')
     if len(ids) > MAX_BULK_ROWS:
         raise invalid("row_ids", f"at most {MAX_BULK_ROWS} ids a request, got {len(ids)}; nothing was deleted")
-    return JSON({"deleted": call.storage.delete_rows(table, ids)})
+    return JSON({"deleted": call.delete_rows(table, ids)})
 
 
 def _fields(body: dict[str, Any]) -> Any:
@@ -393,6 +412,7 @@ def create_app(
     insert_on_read: int = 0,
     max_page_size: int | None = None,
     refuse_system_filters: bool = False,
+    late_visibility_ms: float = 0.0,
     fault_control: bool = False,
     max_body_bytes: int = MAX_BODY_BYTES,
     max_cell_bytes: int = MAX_CELL_BYTES,
@@ -415,6 +435,7 @@ def create_app(
         insert_on_read=insert_on_read,
         max_page_size=max_page_size,
         refuse_system_filters=refuse_system_filters,
+        late_visibility_ms=late_visibility_ms,
     )
     limits = Limits(body=max_body_bytes, cell=max_cell_bytes, response=max_response_bytes)
     gate = _Gate(storage, faults, rate_limit, limits)
@@ -444,4 +465,5 @@ def create_app(
         middleware=[Middleware(_Contain)],
     )
     app.state.storage = storage
+    app.state.late = gate.late  # `serve` applies what is still queued when it stops
     return app

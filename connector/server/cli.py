@@ -64,6 +64,10 @@ _KEY = re.compile(r"[\x21-\x7e]{1,512}")
               help="Fault: clamp `limit` to N instead of 1000 (the applied limit is reported).")
 @click.option("--refuse-system-filters", is_flag=True,
               help="Fault: answer 400 (field 'filter') to filters on id, created_at, updated_at.")
+@click.option("--late-visibility-ms", type=click.FloatRange(min=0.0), default=0.0, metavar="D",
+              help="Fault: row writes (creates, updates, deletes) are answered and stamped on arrival "
+              "but reach reads (pages, totals, filters, sorts) D ms later, in arrival order, like a "
+              "lagging replica; a stop (SIGTERM, Ctrl-C) applies them first.")
 @click.option("--fault-control", is_flag=True,
               help="Accept PUT /v1/_faults {setting: value, ...} to change faults while running.")
 @click.option("--max-body-bytes", type=_bytes, default=MAX_BODY_BYTES, show_default=True,
@@ -92,6 +96,7 @@ def serve(
     insert_on_read: int,
     max_page_size: int | None,
     refuse_system_filters: bool,
+    late_visibility_ms: float,
     fault_control: bool,
     max_body_bytes: int,
     max_cell_bytes: int,
@@ -131,6 +136,7 @@ def serve(
     if source is click.core.ParameterSource.COMMANDLINE:
         click.echo("note: --demo-key shows in `ps`; CONNECTOR_DEMO_KEY or --demo-key-file does not", err=True)
     storage = Storage(db)
+    app = None
     # uvicorn handles SIGTERM and SIGINT while it serves (stop listening, let requests in
     # flight finish) and then raises the signal again: this handler turns that, or a
     # signal before serving, into an orderly exit through the `finally`, which folds the
@@ -160,6 +166,7 @@ def serve(
             insert_on_read=insert_on_read,
             max_page_size=max_page_size,
             refuse_system_filters=refuse_system_filters,
+            late_visibility_ms=late_visibility_ms,
             fault_control=fault_control,
             max_body_bytes=max_body_bytes,
             max_cell_bytes=max_cell_bytes,
@@ -173,9 +180,13 @@ def serve(
             raise SystemExit(1 if exc.code else 0) from None
     finally:
         try:
-            storage.checkpoint()
+            if app is not None:
+                app.state.late.apply_all()  # writes the late-visibility fault still holds
         finally:
-            storage.close()
+            try:
+                storage.checkpoint()
+            finally:
+                storage.close()
 
 
 def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
@@ -229,7 +240,10 @@ def keys() -> None:
 @click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite file of the server.")
 @click.option("--read-only", is_flag=True, help="The key may only read.")
 @click.option("--table", "tables", multiple=True, help="Limit the key to this table (name or id); repeatable.")
-def create_key(db: str, read_only: bool, tables: tuple[str, ...]) -> None:
+@click.option("--admin", is_flag=True,
+              help="The key may also change the faults of a server started with --fault-control "
+              "(PUT /v1/_faults); no other key may.")
+def create_key(db: str, read_only: bool, tables: tuple[str, ...], admin: bool) -> None:
     """Create an API key and print it. It is shown only this once (stored hashed).
 
     Without options the key may read and write every table.
@@ -239,7 +253,7 @@ def create_key(db: str, read_only: bool, tables: tuple[str, ...]) -> None:
     if not os.path.exists(db) and db != ":memory:":
         raise ConfigError(f"no database at {db}; create a table or start the server first")
     try:
-        raw = Storage(db).create_key(read_only=read_only, tables=tables or None)
+        raw = Storage(db).create_key(read_only=read_only, tables=tables or None, admin=admin)
     except KeyError as exc:
         raise ConfigError(str(exc.args[0])) from None
     click.echo(raw)

@@ -20,6 +20,19 @@ CODES: dict[int, str] = {
 }
 
 
+#: Characters of a client's value a message repeats (a 60 KB id is not echoed whole).
+ECHO_CHARS = 80
+
+
+def echo(value: object) -> str:
+    """`value` as a message repeats it: its repr, cut after `ECHO_CHARS` characters."""
+    shown = repr(value)
+    if len(shown) <= ECHO_CHARS:
+        return shown
+    size = f"{len(value)} characters" if isinstance(value, str) else f"{len(shown)} characters shown"
+    return f"{shown[:ECHO_CHARS]}... ({size})"
+
+
 class ApiProblem(Exception):
     """A request the server refuses, with the status and error body to send."""
 
