@@ -12,6 +12,7 @@ from types import FrameType
 import click
 
 from connector.errors import ConfigError
+from connector.server import alter
 from connector.server.columns import SpecError
 from connector.server.limits import MAX_BODY_BYTES, MAX_CELL_BYTES, MAX_RESPONSE_BYTES
 from connector.server.storage import DEFAULT_DB, Storage
@@ -229,6 +230,118 @@ def create_table(db: str, spec: Path) -> None:
     except SpecError as exc:
         raise ConfigError(f"{spec}: {exc}") from None
     click.echo(table.id)
+
+
+_ALTER_HELP = f"""Change a table's columns while the server runs: the server sees the change at once.
+
+One change a command, applied to the schema and every row in one transaction, or not at
+all. TABLE is a table's name or id.
+
+\b
+{alter.RULES}
+
+Exit codes: 0 changed · 2 no database at --db, no such table or column, or a change the
+rules refuse (nothing was changed).
+"""
+
+
+@server.group("alter-table", help=_ALTER_HELP)
+def alter_table() -> None:
+    pass
+
+
+_alter_db = click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite file of the server.")
+_option = click.option("--option", "options", multiple=True, metavar="OPTION",
+                       help="An option of the choice column; repeat for each, in order.")
+
+
+@alter_table.command("add-column")
+@_alter_db
+@click.option("--required", is_flag=True,
+              help="Cells may not be empty; only on a table without rows (theirs would be empty).")
+@_option
+@click.argument("table")
+@click.argument("name")
+@click.argument("type_", metavar="TYPE")
+def add_column(db: str, required: bool, options: tuple[str, ...], table: str, name: str, type_: str) -> None:
+    """Add column NAME of TYPE (text, choice, number, checkbox, date) to TABLE, empty in every row.
+
+    Its id is col_NAME, or col_NAME_2, _3, ... when a renamed column holds that id.
+
+    Exit codes: 0 added · 2 no such table, a name that exists, a bad type or options, or
+    --required on a table with rows.
+    """
+    _alter(db, table, alter.AddColumn(name, type_, required, options or None))
+
+
+@alter_table.command("rename-column")
+@_alter_db
+@click.argument("table")
+@click.argument("name")
+@click.argument("new_name")
+def rename_column(db: str, table: str, name: str, new_name: str) -> None:
+    """Rename column NAME of TABLE to NEW_NAME; it keeps its id and every cell.
+
+    Exit codes: 0 renamed · 2 no such table or column, or NEW_NAME exists or is not a valid name.
+    """
+    _alter(db, table, alter.RenameColumn(name, new_name))
+
+
+@alter_table.command("retype-column")
+@_alter_db
+@_option
+@click.argument("table")
+@click.argument("name")
+@click.argument("type_", metavar="TYPE")
+def retype_column(db: str, options: tuple[str, ...], table: str, name: str, type_: str) -> None:
+    """Change column NAME of TABLE to TYPE, converting every cell (see `alter-table --help`).
+
+    A cell that does not convert becomes empty; the command says how many did. To choice,
+    give its options with --option.
+
+    Exit codes: 0 retyped · 2 no such table or column, an unknown TYPE, options missing or
+    not wanted, or a required column a cell of which would be empty.
+    """
+    _alter(db, table, alter.RetypeColumn(name, type_, options or None))
+
+
+@alter_table.command("drop-column")
+@_alter_db
+@click.argument("table")
+@click.argument("name")
+def drop_column(db: str, table: str, name: str) -> None:
+    """Drop column NAME of TABLE and its cells in every row.
+
+    Exit codes: 0 dropped · 2 no such table or column, or NAME is the table's only column.
+    """
+    _alter(db, table, alter.DropColumn(name))
+
+
+@alter_table.command("set-options")
+@_alter_db
+@click.argument("table")
+@click.argument("name")
+@click.argument("options", nargs=-1, required=True)
+def set_options(db: str, table: str, name: str, options: tuple[str, ...]) -> None:
+    """Set the OPTIONS of choice column NAME of TABLE, in order.
+
+    A cell holding an option no longer listed becomes empty; the command says how many did.
+
+    Exit codes: 0 set · 2 no such table or column, NAME not a choice column, OPTIONS not
+    distinct, or a required column a cell of which would be empty.
+    """
+    _alter(db, table, alter.SetOptions(name, options))
+
+
+def _alter(db: str, table: str, change: alter.ColumnChange) -> None:
+    if not os.path.exists(db):
+        raise ConfigError(f"no database at {db}; create a table or start the server first")
+    try:
+        done = Storage(db).alter_table(table, change)
+    except SpecError as exc:
+        raise ConfigError(str(exc)) from None
+    emptied = f"; {done.emptied} cell(s) that did not convert are empty now" if done.emptied else ""
+    click.echo(f"{done.table.name} ({done.table.id}): {done.summary}{emptied}")
 
 
 @click.group()

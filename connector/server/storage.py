@@ -36,6 +36,7 @@ from typing import Any
 
 import orjson
 
+from connector.server import alter
 from connector.server.columns import ColumnDef, SpecError, TableDef, parse_spec
 from connector.server.paging import OffsetIndex
 from connector.server.problems import ApiProblem, echo, not_found
@@ -263,6 +264,50 @@ class Storage:
             "SELECT id, name, columns, created_at FROM tables WHERE name = ?", (name,)
         ).fetchone()
         return _table(row) if row else None
+
+    def alter_table(self, ref: str, change: alter.ColumnChange) -> alter.Altered:
+        """Apply one column change (see `alter`) to the table with id or name `ref`: its
+        schema and every row's cells in one transaction, or nothing (SpecError saying why).
+
+        No row's stamps move. The table's version moves, so remembered offsets and totals
+        (`paging`) of this server, or of one running on the same file, are not used again.
+        """
+        with self._write() as db:
+            found = db.execute(
+                "SELECT id, name, columns, created_at FROM tables WHERE id = ?", (ref,)
+            ).fetchone() or db.execute(
+                "SELECT id, name, columns, created_at FROM tables WHERE name = ?", (ref,)
+            ).fetchone()
+            if found is None:
+                raise SpecError(f"no table with id or name {ref!r}")
+            planned = alter.plan(_table(found), change)
+            emptied = 0
+            refused: list[SpecError] = []
+
+            def rewrite(rid: str, stored: str) -> str:
+                nonlocal emptied
+                try:
+                    fields, n = planned.rewrite(orjson.loads(stored))
+                except SpecError as exc:
+                    refused.append(SpecError(f"table {planned.table.name!r}, row {rid}: {exc}; nothing was changed"))
+                    raise
+                emptied += n
+                return orjson.dumps(fields).decode()
+
+            db.create_function("alter_fields", 2, rewrite)
+            try:
+                db.execute("UPDATE rows SET fields = alter_fields(id, fields) WHERE table_id = ?", (planned.table.id,))
+            except sqlite3.OperationalError:
+                if refused:
+                    raise refused[0] from None
+                raise
+            finally:
+                db.create_function("alter_fields", 2, None)
+            db.execute(
+                "UPDATE tables SET columns = ?, version = version + 1 WHERE id = ?",
+                (orjson.dumps([c.to_api() for c in planned.table.columns]).decode(), planned.table.id),
+            )
+        return alter.Altered(planned.table, planned.summary, emptied)
 
     def find_table(self, ref: str) -> TableDef | None:
         """The table with id `ref`, else the one called `ref`: how commands name a table."""
@@ -578,6 +623,7 @@ def _table(row: tuple[str, str, str, str]) -> TableDef:
             c["type"],
             bool(c.get("required", False)),
             tuple(c["options"]) if "options" in c else None,
+            c.get("id", ""),
         )
         for c in orjson.loads(cols)
     )
