@@ -32,7 +32,7 @@ import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -42,7 +42,7 @@ from connector.server.columns import TableDef
 from connector.server.faults import BadSetting, Faults, disturb_read
 from connector.server.late import LateWrites
 from connector.server.limits import MAX_BODY_BYTES, MAX_CELL_BYTES, MAX_RESPONSE_BYTES, Limits
-from connector.server.problems import ApiProblem, bad_request, invalid, not_found
+from connector.server.problems import ApiProblem, bad_request, echo, invalid, not_found
 from connector.server.ratelimit import RateLimiter
 from connector.server.storage import ApiKey, Storage
 
@@ -369,6 +369,9 @@ class _Contain:
     connection on a raise, dropping any request pipelined behind it. Here the exception
     ends: logged, answered, and the connection serves the next request. Only once the
     response has started is it re-raised: a cut connection is then the honest ending.
+
+    A client that hangs up while sending its body is no error of ours: one warning line,
+    and its traceback only with debug logging (``connector --debug serve``).
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -387,10 +390,17 @@ class _Contain:
 
         try:
             await self.app(scope, receive, watch)
+        except ClientDisconnect as exc:
+            log.warning(
+                "%s %s: the client hung up before sending its whole body",
+                scope.get("method"),
+                echo(scope.get("path")),
+                exc_info=exc if log.isEnabledFor(logging.DEBUG) else None,
+            )
         except Exception as exc:
             if started:
                 raise
-            log.error("unexpected error on %s %s", scope.get("method"), scope.get("path"), exc_info=exc)
+            log.error("unexpected error on %s %s", scope.get("method"), echo(scope.get("path")), exc_info=exc)
             await problem_response(ApiProblem(500, "internal server error"))(scope, receive, send)
 
 

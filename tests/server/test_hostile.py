@@ -293,3 +293,51 @@ def test_table_names_with_control_characters_are_refused(server: RunningServer, 
         server.create_table({"name": "Fine", "columns": [{"name": name, "type": "text"}]})
     with server.client() as client:
         assert client.get("/tables").json() == {"tables": []}
+
+
+# -- connections (issue 19) ------------------------------------------------------------------
+
+
+def head(running: RunningServer, method: str, path: str, extra: str = "") -> bytes:
+    return (f"{method} /v1{path} HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {running.api_key}\r\n"
+            f"{extra}\r\n").encode()
+
+
+def hang_up_mid_body(running: RunningServer, table: str) -> None:
+    """Announces a 1000-byte body, sends 20 bytes of it, and closes the connection."""
+    extra = "Content-Type: application/json\r\nContent-Length: 1000\r\n"
+    with socket.create_connection(("127.0.0.1", running.port), timeout=5) as sock:
+        sock.sendall(head(running, "POST", f"/tables/{table}/rows", extra) + b'{"fields": {"Name": "')
+        time.sleep(0.05)  # the server is reading the body
+
+
+def new_log_lines(running: RunningServer, before: int, want: int, timeout: float = 5.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while len(running.log().splitlines()) < before + want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)  # anything more the last one would write
+    return running.log().splitlines()[before:]
+
+
+def test_a_client_hanging_up_mid_body_costs_at_most_one_log_line(server: RunningServer) -> None:
+    table = server.create_table(PEOPLE)
+    before = len(server.log().splitlines())
+    for _ in range(20):
+        hang_up_mid_body(server, table)
+    lines = new_log_lines(server, before, 20)
+    assert 1 <= len(lines) <= 20, "\n".join(lines[:40])
+    assert all("hung up" in line for line in lines), lines[:3]
+    assert not any("Traceback" in line for line in lines)
+    with server.client() as client:
+        assert client.get("/tables").status_code == 200
+    assert server.row_count(table) == 0
+
+
+def test_a_hang_up_shows_its_traceback_with_debug(server_factory: ServerFactory) -> None:
+    running = server_factory(debug=True)
+    table = running.create_table(PEOPLE)
+    before = len(running.log().splitlines())
+    hang_up_mid_body(running, table)
+    lines = new_log_lines(running, before, 5)
+    assert any("hung up" in line for line in lines)
+    assert any("Traceback" in line for line in lines) and any("ClientDisconnect" in line for line in lines)
