@@ -99,10 +99,10 @@ class Call:
         """
         table_id = self.request.path_params["table_id"]
         if not self.key.may_read(table_id):
-            raise ApiProblem(403, f"this API key has no access to table {table_id!r}")
+            raise ApiProblem(403, f"this API key has no access to table {echo(table_id)}")
         table = self.storage.table(table_id)
         if table is None:
-            raise not_found(f"table {table_id!r} does not exist")
+            raise not_found(f"table {echo(table_id)} does not exist")
         if write and not self.key.may_write(table.id):
             raise ApiProblem(403, f"this API key is read-only for table {table.id!r}")
         return table
@@ -142,7 +142,7 @@ async def json_body(request: Request, max_body: int) -> dict[str, Any]:
     """The JSON object sent; 415 / 413 / 400 when it is not one."""
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media != "application/json" and not media.endswith("+json"):
-        raise ApiProblem(415, f"send the body as JSON with Content-Type: application/json (got {media or 'none'!r})")
+        raise ApiProblem(415, f"send the body as JSON with Content-Type: application/json (got {echo(media) if media else 'none'})")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_body:
         raise ApiProblem(413, f"the body is larger than {max_body} bytes")
@@ -349,12 +349,12 @@ async def _on_problem(request: Request, exc: Exception) -> Response:
 async def _on_http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
-        problem = ApiProblem(404, f"no such endpoint: {request.method} {request.url.path}")
+        problem = ApiProblem(404, f"no such endpoint: {request.method} {echo(request.url.path)}")
     elif exc.status_code == 405:
         allowed = (exc.headers or {}).get("Allow", "")
         problem = ApiProblem(
             405,
-            f"method {request.method} is not allowed on {request.url.path}; allowed: {allowed}",
+            f"method {echo(request.method)} is not allowed on {echo(request.url.path)}; allowed: {allowed}",
             headers={"Allow": allowed} if allowed else None,
         )
     else:

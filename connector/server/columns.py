@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from connector.server.problems import ApiProblem, invalid
+from connector.server.problems import ApiProblem, echo, invalid
 
 TYPES: tuple[str, ...] = ("text", "choice", "number", "checkbox", "date")
 
@@ -75,9 +75,9 @@ class ColumnDef:
         if kind in ("text", "choice", "date") and not isinstance(value, str):
             raise ValueError(f"expects a string, got {_json_type(value)}")
         if kind == "choice" and value not in (self.options or ()):
-            raise ValueError(f"{value!r} is not one of the options {list(self.options or ())}")
+            raise ValueError(f"{echo(value)} is not one of the options {list(self.options or ())}")
         if kind == "date" and not is_date(value):
-            raise ValueError(f"expects a date as YYYY-MM-DD, got {value!r}")
+            raise ValueError(f"expects a date as YYYY-MM-DD, got {echo(value)}")
         if kind == "number" and (
             isinstance(value, bool)
             or not isinstance(value, int | float)
@@ -155,7 +155,7 @@ class TableDef:
             if col is None:
                 hint = self.resolve(name)
                 tip = f"; did you mean {hint.name!r}?" if hint else f"; columns: {self.names()}"
-                raise invalid(name, where + f"unknown column {name!r}{tip}", index=index)
+                raise invalid(name, where + f"unknown column {echo(name)}{tip}", index=index)
             try:
                 cells[name] = col.check(value)
             except ValueError as exc:

@@ -98,7 +98,7 @@ def test_a_streamed_body_over_the_limit_is_refused(server: RunningServer) -> Non
             f"/tables/{table}/rows", content=chunks(), headers={"content-type": "application/json"}
         )
         assert response.status_code == 413
-        assert response.json()["error"]["code"] == "BAD_REQUEST"
+        assert response.json()["error"]["code"] == "CONTENT_TOO_LARGE"
         assert client.get(f"/tables/{table}/rows").json()["total"] == 0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import re
 import socket
 import sqlite3
 import time
@@ -341,3 +342,40 @@ def test_a_hang_up_shows_its_traceback_with_debug(server_factory: ServerFactory)
     lines = new_log_lines(running, before, 5)
     assert any("hung up" in line for line in lines)
     assert any("Traceback" in line for line in lines) and any("ClientDisconnect" in line for line in lines)
+
+
+LONG = "x" * 60_000
+#: Requests that carry a 60 KB value the answer could repeat: (key, method, path, options, status).
+ECHOED: list[tuple[str, str, str, dict[str, Any], int]] = [
+    ("full", "GET", f"/tables/{LONG}", {}, 404),
+    ("scoped", "GET", f"/tables/{LONG}/rows", {}, 403),
+    ("full", "PATCH", "/tables/{table}/rows/" + LONG, {"json": {"fields": {"Name": "a"}}}, 404),
+    ("full", "DELETE", "/tables/{table}/rows/bulk", {"json": {"row_ids": [LONG]}}, 404),
+    ("full", "POST", "/tables/{table}/rows", {"json": {"fields": {LONG: 1}}}, 400),
+    ("full", "POST", "/tables/{table}/rows", {"json": {"fields": {"Name": "a", "Status": LONG}}}, 400),
+    ("full", "POST", "/tables/{table}/rows", {"json": {"fields": {"Name": "a", "Joined": LONG}}}, 400),
+    ("full", "POST", "/tables/{table}/rows", {"content": b"{}", "headers": {"content-type": LONG}}, 415),
+    ("full", "GET", "/tables/{table}/rows", {"params": {"sort": LONG}}, 400),
+    ("full", "GET", "/tables/{table}/rows", {"params": {"order": LONG}}, 400),
+    ("full", "GET", "/tables/{table}/rows", {"params": {"limit": LONG}}, 400),
+    ("full", "GET", "/tables/{table}/rows", {"params": {"filter": json.dumps({LONG: {"eq": 1}})}}, 400),
+    ("full", "GET", "/tables/{table}/rows", {"params": {"filter": json.dumps({"Name": {LONG: 1}})}}, 400),
+    ("full", "GET", f"/{LONG}", {}, 404),
+    ("full", "PUT", f"/tables/{LONG}", {}, 405),
+]
+
+
+@pytest.mark.parametrize(("key", "method", "path", "options", "status"), ECHOED,
+                         ids=[f"{m} {p[:28]} {str(o)[:30]}" for _, m, p, o, _ in ECHOED])
+def test_a_long_value_is_echoed_cut_to_a_readable_length(
+    server: RunningServer, key: str, method: str, path: str, options: dict[str, Any], status: int
+) -> None:
+    table = server.create_table(PEOPLE)
+    keys = {"full": server.api_key, "scoped": server.create_key(tables=[table])}
+    headers = {"Authorization": f"Bearer {keys[key]}", **options.pop("headers", {})}
+    with httpx.Client(base_url=server.base_url, headers=headers, timeout=30) as client:
+        response = client.request(method, path.format(table=table), **options)
+    got = error(response, status)
+    assert len(response.content) < 1000, f"a {len(response.content)}-byte answer"
+    assert "xxxxxxxxxx" in got["message"], got["message"]
+    assert re.search(r"\.\.\. \(600[0-9][0-9] characters\)", got["message"]), "says how long the value was"
