@@ -41,7 +41,13 @@ from connector.server import openapi, query
 from connector.server.columns import TableDef
 from connector.server.faults import BadSetting, Faults, disturb_read
 from connector.server.late import LateWrites
-from connector.server.limits import MAX_BODY_BYTES, MAX_CELL_BYTES, MAX_RESPONSE_BYTES, Limits
+from connector.server.limits import (
+    BODY_TIMEOUT,
+    MAX_BODY_BYTES,
+    MAX_CELL_BYTES,
+    MAX_RESPONSE_BYTES,
+    Limits,
+)
 from connector.server.problems import ApiProblem, bad_request, echo, invalid, not_found
 from connector.server.ratelimit import RateLimiter
 from connector.server.storage import ApiKey, Storage
@@ -108,8 +114,8 @@ class Call:
         return table
 
     async def body(self) -> dict[str, Any]:
-        """The JSON object sent; 415 / 413 / 400 when it is not one."""
-        return await json_body(self.request, self.limits.body)
+        """The JSON object sent; 415 / 413 / 408 / 400 when it is not one."""
+        return await json_body(self.request, self.limits.body, self.limits.body_timeout)
 
     # Row writes go through `late`: with the late-visibility fault they reach reads later.
 
@@ -138,8 +144,9 @@ class Call:
         return cells
 
 
-async def json_body(request: Request, max_body: int) -> dict[str, Any]:
-    """The JSON object sent; 415 / 413 / 400 when it is not one."""
+async def json_body(request: Request, max_body: int, timeout: float) -> dict[str, Any]:
+    """The JSON object sent; 415 / 413 / 400 when it is not one, 408 (and the connection
+    closes) when it pauses for over `timeout` seconds."""
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media != "application/json" and not media.endswith("+json"):
         raise ApiProblem(415, f"send the body as JSON with Content-Type: application/json (got {echo(media) if media else 'none'})")
@@ -147,8 +154,16 @@ async def json_body(request: Request, max_body: int) -> dict[str, Any]:
     if declared.isdigit() and int(declared) > max_body:
         raise ApiProblem(413, f"the body is larger than {max_body} bytes")
     data = bytearray()
-    async for chunk in request.stream():
-        data += chunk
+    stream = request.stream()
+    while True:
+        try:
+            data += await asyncio.wait_for(anext(stream), timeout)
+        except StopAsyncIteration:
+            break
+        except TimeoutError:
+            raise ApiProblem(
+                408, f"the body paused for over {timeout:g} s; send it whole", headers={"Connection": "close"}
+            ) from None
         if len(data) > max_body:
             raise ApiProblem(413, f"the body is larger than {max_body} bytes")
     if not data.strip():
@@ -222,7 +237,7 @@ class _Gate:
         if not key.admin:
             raise ApiProblem(403, "only an admin key (connector keys create --admin) may use /v1/_faults")
         if request.method == "PUT":
-            changes = await json_body(request, self.limits.body)
+            changes = await json_body(request, self.limits.body, self.limits.body_timeout)
             try:
                 self.faults = self.faults.replace(changes)
             except BadSetting as exc:
@@ -427,11 +442,14 @@ def create_app(
     max_body_bytes: int = MAX_BODY_BYTES,
     max_cell_bytes: int = MAX_CELL_BYTES,
     max_response_bytes: int = MAX_RESPONSE_BYTES,
+    body_timeout: float = BODY_TIMEOUT,
 ) -> Starlette:
     """The reference server as an ASGI app over the SQLite file `db_path` (or a `Storage`).
 
     The fault options are `faults.Faults`'s; `fault_control` adds ``PUT /v1/_faults``.
-    The `max_*_bytes` bound what one request may send, store in a text cell, and receive.
+    The `max_*_bytes` bound what one request may send, store in a text cell, and receive;
+    `body_timeout` the longest pause in a body (the bounds of a connection are uvicorn's
+    and `connection.Connection`'s, which `serve` sets).
     """
     storage = db_path if isinstance(db_path, Storage) else Storage(db_path)
     faults = Faults(
@@ -447,7 +465,7 @@ def create_app(
         refuse_system_filters=refuse_system_filters,
         late_visibility_ms=late_visibility_ms,
     )
-    limits = Limits(body=max_body_bytes, cell=max_cell_bytes, response=max_response_bytes)
+    limits = Limits(body=max_body_bytes, cell=max_cell_bytes, response=max_response_bytes, body_timeout=body_timeout)
     gate = _Gate(storage, faults, rate_limit, limits)
 
     def route(path: str, **handlers: Handler) -> Route:

@@ -14,7 +14,15 @@ import click
 from connector.errors import ConfigError
 from connector.server import alter
 from connector.server.columns import SpecError
-from connector.server.limits import MAX_BODY_BYTES, MAX_CELL_BYTES, MAX_RESPONSE_BYTES
+from connector.server.limits import (
+    BODY_TIMEOUT,
+    HEADER_TIMEOUT,
+    KEEP_ALIVE_TIMEOUT,
+    MAX_BODY_BYTES,
+    MAX_CELL_BYTES,
+    MAX_HEAD_BYTES,
+    MAX_RESPONSE_BYTES,
+)
 from connector.server.storage import DEFAULT_DB, Storage
 
 _rate = click.FloatRange(0.0, 1.0)
@@ -79,6 +87,18 @@ _KEY = re.compile(r"[\x21-\x7e]{1,512}")
 @click.option("--max-response-bytes", type=_bytes, default=MAX_RESPONSE_BYTES, show_default=True,
               help="About the largest page of rows: when the rows asked for would exceed it, the page "
               "holds fewer (at least two, one if limit=1) and its `limit` says how many; step by it.")
+@click.option("--max-head-bytes", type=_bytes, default=MAX_HEAD_BYTES, show_default=True,
+              help="Largest request head (request line and headers); above it 414 when the request "
+              "line alone is, else 431.")
+@click.option("--header-timeout", type=click.FloatRange(min=0.0, min_open=True), default=HEADER_TIMEOUT,
+              show_default=True, metavar="SECONDS",
+              help="A request's head must be whole this long after the connection opened or the previous "
+              "answer ended; else 408 and the connection closes.")
+@click.option("--body-timeout", type=click.FloatRange(min=0.0, min_open=True), default=BODY_TIMEOUT,
+              show_default=True, metavar="SECONDS",
+              help="The longest pause while a client sends a body; then 408 and the connection closes.")
+@click.option("--keep-alive-timeout", type=click.IntRange(min=1), default=KEEP_ALIVE_TIMEOUT, show_default=True,
+              metavar="SECONDS", help="Close a connection idle this long between requests.")
 def serve(
     host: str,
     port: int,
@@ -102,6 +122,10 @@ def serve(
     max_body_bytes: int,
     max_cell_bytes: int,
     max_response_bytes: int,
+    max_head_bytes: int,
+    header_timeout: float,
+    body_timeout: float,
+    keep_alive_timeout: int,
 ) -> None:
     """Run the reference Table Data REST API server (base path /v1) until Ctrl-C or SIGTERM.
 
@@ -113,7 +137,8 @@ def serve(
 
     A key limited to some tables gets the same 403 for any other table id, whether that
     table exists or not. Requests and pages are bounded by --max-body-bytes,
-    --max-cell-bytes and --max-response-bytes.
+    --max-cell-bytes and --max-response-bytes; connections by --max-head-bytes and the
+    --*-timeout options, so clients that send half a request and stop cannot hold them.
 
     Stopping (Ctrl-C, SIGTERM): requests in flight get up to 10 s to finish, then the
     write-ahead log is folded into the database, which is one self-contained file again.
@@ -123,6 +148,7 @@ def serve(
     import uvicorn
 
     from connector.server.app import create_app
+    from connector.server.connection import connection_class
     from connector.server.demo import seed_demo
 
     if demo_key_file is not None:
@@ -172,11 +198,17 @@ def serve(
             max_body_bytes=max_body_bytes,
             max_cell_bytes=max_cell_bytes,
             max_response_bytes=max_response_bytes,
+            body_timeout=body_timeout,
+        )
+        protocol = connection_class(
+            header_timeout=header_timeout, body_timeout=body_timeout, max_head_bytes=max_head_bytes
         )
         click.echo(f"serving http://{host}:{port}/v1 from {db}", err=True)
         try:
             uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
-                        http="h11", lifespan="off", timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS)
+                        http=protocol, h11_max_incomplete_event_size=max_head_bytes,
+                        timeout_keep_alive=keep_alive_timeout, lifespan="off",
+                        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS)
         except SystemExit as exc:  # uvicorn exits 3 when it cannot bind; our 3 means "partial"
             raise SystemExit(1 if exc.code else 0) from None
     finally:

@@ -12,9 +12,11 @@ import contextlib
 import itertools
 import json
 import re
+import select
 import socket
 import sqlite3
 import time
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -379,3 +381,118 @@ def test_a_long_value_is_echoed_cut_to_a_readable_length(
     assert len(response.content) < 1000, f"a {len(response.content)}-byte answer"
     assert "xxxxxxxxxx" in got["message"], got["message"]
     assert re.search(r"\.\.\. \(600[0-9][0-9] characters\)", got["message"]), "says how long the value was"
+
+
+def read_answer(sock: socket.socket, timeout: float) -> tuple[bytes, float]:
+    """Everything the server sends until it closes the connection, and how long that took;
+    fails if it is still open after `timeout` seconds."""
+    started = time.monotonic()
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except TimeoutError:
+        raise AssertionError(f"still open after {timeout} s, having sent {data[:80]!r}") from None
+    return data, time.monotonic() - started
+
+
+def parsed(answer: bytes) -> tuple[int, dict[str, Any]]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+def test_clients_that_stop_mid_request_cannot_hold_connections(server_factory: ServerFactory) -> None:
+    """A handful of slow clients each stop somewhere in a request; all are cut loose on time,
+    and a good client is served meanwhile."""
+    running = server_factory(header_timeout=1, body_timeout=1, keep_alive_timeout=1)
+    table = running.create_table(PEOPLE)
+    body_head = "Content-Type: application/json\r\nContent-Length: 1000\r\n"
+    stalls: dict[str, bytes] = {
+        "half a head": b"GET /v1/tables HTTP/1.1\r\nHost: test\r\nAuthor",
+        "half a body": head(running, "POST", f"/tables/{table}/rows", body_head) + b'{"fields": {"Na',
+        "a body nobody reads": (f"POST /v1/tables/{table}/rows HTTP/1.1\r\nHost: test\r\n{body_head}\r\n").encode()
+        + b'{"fields"',  # no key: the 401 goes out before the body is read
+        "nothing": b"",
+    }
+    socks = {}
+    for name, data in stalls.items():
+        for i in range(5):
+            sock = socket.create_connection(("127.0.0.1", running.port), timeout=5)
+            sock.sendall(data)
+            socks[f"{name} #{i}"] = sock
+    idle = socket.create_connection(("127.0.0.1", running.port), timeout=5)  # after an answer
+    idle.sendall(request(running, "GET", "/tables"))
+    try:
+        with running.client() as client:
+            started = time.monotonic()
+            assert client.get(f"/tables/{table}/rows").status_code == 200
+            assert time.monotonic() - started < 1
+        for name, sock in socks.items():
+            answer, waited = read_answer(sock, timeout=5)
+            assert waited < 3, f"{name}: held {waited:.1f} s"
+            if name.startswith(("half a head", "half a body")):
+                status, body = parsed(answer)
+                assert (status, body["error"]["code"]) == (408, "REQUEST_TIMEOUT"), name
+            elif name.startswith("a body nobody reads"):
+                assert parsed(answer)[0] == 401, name
+            else:
+                assert answer == b"", name
+        answer, _ = read_answer(idle, timeout=5)
+        assert parsed(answer)[0] == 200
+    finally:
+        for sock in [*socks.values(), idle]:
+            sock.close()
+
+
+def test_a_head_dripped_a_byte_at_a_time_still_meets_its_deadline(server_factory: ServerFactory) -> None:
+    """The deadline is for the whole head, not a pause: a byte every 0.1 s does not hold it."""
+    running = server_factory(header_timeout=1)
+    with socket.create_connection(("127.0.0.1", running.port), timeout=5) as sock:
+        started = time.monotonic()
+        for byte in b"GET /v1/tables HTTP/1.1\r\nHost: test\r\nX-Slow: " + b"y" * 100:
+            if select.select([sock], [], [], 0.1)[0]:
+                break  # the server answered
+            sock.sendall(bytes([byte]))
+        answered = time.monotonic() - started
+        answer, _ = read_answer(sock, timeout=5)
+    assert parsed(answer)[0] == 408
+    assert 0.9 <= answered < 2.0
+
+
+OVERSIZED: list[tuple[str, bytes, int, str]] = [
+    ("a 1 MB URL", b"GET /v1/tables/" + b"x" * 1_000_000 + b" HTTP/1.1\r\nHost: test\r\n\r\n", 414, "URI_TOO_LONG"),
+    ("a 100 KB header", b"GET /v1/tables HTTP/1.1\r\nHost: test\r\nX-Big: " + b"y" * 100_000 + b"\r\n\r\n",
+     431, "HEADERS_TOO_LARGE"),
+    ("20,000 headers", b"GET /v1/tables HTTP/1.1\r\nHost: test\r\n" + b"X-H: v\r\n" * 20_000 + b"\r\n",
+     431, "HEADERS_TOO_LARGE"),
+    ("not HTTP", b"HELLO THERE\r\n\r\n", 400, "BAD_REQUEST"),
+]
+
+
+@pytest.mark.parametrize(("what", "data", "status", "code"), OVERSIZED, ids=[o[0] for o in OVERSIZED])
+def test_an_oversized_or_malformed_head_is_answered_never_reset(
+    server: RunningServer, what: str, data: bytes, status: int, code: str
+) -> None:
+    for _ in range(5):  # a reset is a race: give it chances
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(data)  # whole: the server reads what it will not use
+            answer, _ = read_answer(sock, timeout=10)
+        got, body = parsed(answer)
+        assert (got, body["error"]["code"]) == (status, code), what
+        assert answer.split(b"\r\n")[0].endswith(HTTPStatus(status).phrase.encode())
+        assert len(body["error"]["message"]) < 200
+    with server.client() as client:
+        assert client.get("/tables").status_code == 200
+
+
+def test_a_head_in_pieces_is_bounded_as_one_in_a_single_read(server: RunningServer) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"GET /v1/tables HTTP/1.1\r\nHost: test\r\n")
+        for _ in range(20):
+            sock.sendall(b"X-Piece: " + b"z" * 5000 + b"\r\n")
+            time.sleep(0.01)
+        with contextlib.suppress(OSError):
+            sock.sendall(b"\r\n")
+        answer, _ = read_answer(sock, timeout=10)
+    assert parsed(answer)[0] == 431
