@@ -1,13 +1,17 @@
 """The ASGI app: API.md's eight endpoints under /v1, plus /v1/openapi.json.
 
 Each request passes the same gate (`_Gate.endpoint`): injected faults, the API key, the
-rate limit; then its handler runs; then the after-write faults. Every refusal is an
+rate limit, the late writes now due (`late`); then its handler runs; then the after-write
+faults. Row writes go through `late.LateWrites`, which holds them back only under the
+late-visibility fault. Every refusal is an
 `ApiProblem` rendered as the API's error body — unknown routes and methods included — and
 an unexpected exception is a 500 with that body, never a traceback; the connection then
 serves the next request (`_Contain`).
 
 One request cannot take the server's memory: bodies, text cells and pages of rows are
-bounded (`limits`); a page cut by size reports in `limit` the rows it holds.
+bounded (`limits`); a page cut by size reports in `limit` the rows it holds. Nor hold a
+connection for ever: a body's pauses are bounded here (408), the rest of a connection's
+life by `connection.Connection`.
 
 Keys: a key limited to some tables gets the same 403 for a table outside its scope and for
 a table that does not exist, so it cannot learn which tables exist. Failed
