@@ -190,8 +190,12 @@ class Storage:
         self._db.execute("PRAGMA mmap_size = 1073741824")
         self._db.execute("PRAGMA cache_size = -65536")
         self._db.executescript(_SCHEMA)
-        if "admin" not in {r[1] for r in self._db.execute("PRAGMA table_info(keys)")}:
-            self._db.execute("ALTER TABLE keys ADD COLUMN admin INTEGER NOT NULL DEFAULT 0")  # older files
+        if "admin" not in {r[1] for r in self._db.execute("PRAGMA table_info(keys)")}:  # an older file
+            try:
+                self._db.execute("ALTER TABLE keys ADD COLUMN admin INTEGER NOT NULL DEFAULT 0")
+            except sqlite3.OperationalError as exc:
+                if "duplicate column" not in str(exc):  # else another process added it first
+                    raise
         self.clock = Clock()
         self.offsets = OffsetIndex()
         self._indexed: set[str] = set()
@@ -423,10 +427,11 @@ class Storage:
 
     def new_rows(self, table: TableDef, cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Rows for validated cells as the API shows them, ids and stamps taken now; not written."""
-        return [
-            _row(row_id(tick), iso(tick), iso(tick), table.present(cell))
-            for tick, cell in zip(self.clock.ticks(len(cells)), cells, strict=True)
-        ]
+        rows = []
+        for tick, cell in zip(self.clock.ticks(len(cells)), cells, strict=True):
+            stamp = iso(tick)
+            rows.append(_row(row_id(tick), stamp, stamp, table.present(cell)))
+        return rows
 
     def put_rows(self, table: TableDef, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Write rows made by `new_rows`, perhaps later (their stamps stay), all or nothing.
