@@ -63,6 +63,7 @@ class Connection(H11Protocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deadline: asyncio.TimerHandle | None = None
+        self._awaited: Callable[[], None] | None = None  # what the deadline is for: _head_late, _body_late
         self._linger: asyncio.TimerHandle | None = None
 
     # -- H11Protocol's hooks ------------------------------------------------------------
@@ -103,7 +104,7 @@ class Connection(H11Protocol):
         """Arm the deadline the client's state calls for: its head, or a body nobody reads."""
         theirs = self.conn.their_state
         if theirs is h11.IDLE:
-            if fresh or self._deadline is None:
+            if fresh or self._awaited != self._head_late:  # a new head: from now on
                 self._arm(self.header_timeout, self._head_late)
         elif theirs is h11.SEND_BODY and self.conn.our_state is h11.DONE:
             self._arm(self.body_timeout, self._body_late)  # again on every piece: a pause
@@ -113,14 +114,15 @@ class Connection(H11Protocol):
     def _arm(self, seconds: float, then: Callable[[], None]) -> None:
         self._disarm()
         self._deadline = self.loop.call_later(seconds, then)
+        self._awaited = then
 
     def _disarm(self) -> None:
         if self._deadline is not None:
             self._deadline.cancel()
-            self._deadline = None
+        self._deadline = self._awaited = None
 
     def _head_late(self) -> None:
-        self._deadline = None
+        self._deadline = self._awaited = None
         if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
             return
         if self.conn.trailing_data[0].strip():
@@ -129,7 +131,7 @@ class Connection(H11Protocol):
             self.transport.close()
 
     def _body_late(self) -> None:
-        self._deadline = None
+        self._deadline = self._awaited = None
         if not self.transport.is_closing() and self.conn.their_state is h11.SEND_BODY:
             self.transport.close()  # answered already: nothing left to say
 

@@ -496,3 +496,18 @@ def test_a_head_in_pieces_is_bounded_as_one_in_a_single_read(server: RunningServ
             sock.sendall(b"\r\n")
         answer, _ = read_answer(sock, timeout=10)
     assert parsed(answer)[0] == 431
+
+
+def test_after_an_unread_body_ends_the_next_head_has_its_deadline(server_factory: ServerFactory) -> None:
+    running = server_factory(header_timeout=1, body_timeout=2)
+    table = running.create_table(PEOPLE)
+    body = b'{"fields": {"Name": "x"}}'
+    unauthorised = (f"POST /v1/tables/{table}/rows HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", running.port), timeout=5) as sock:
+        sock.sendall(unauthorised + body[:5])  # answered 401 before the body is read
+        time.sleep(0.3)
+        sock.sendall(body[5:] + b"GET /v1/tables HTTP/1.1\r\nHost: te")  # the body ends; half a head
+        answer, waited = read_answer(sock, timeout=5)
+    assert answer.count(b"HTTP/1.1 ") == 2 and b" 401 " in answer and b" 408 " in answer
+    assert waited < 2.5
