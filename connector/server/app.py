@@ -1,13 +1,17 @@
 """The ASGI app: API.md's eight endpoints under /v1, plus /v1/openapi.json.
 
 Each request passes the same gate (`_Gate.endpoint`): injected faults, the API key, the
-rate limit; then its handler runs; then the after-write faults. Every refusal is an
+rate limit, the late writes now due (`late`); then its handler runs; then the after-write
+faults. Row writes go through `late.LateWrites`, which holds them back only under the
+late-visibility fault. Every refusal is an
 `ApiProblem` rendered as the API's error body — unknown routes and methods included — and
 an unexpected exception is a 500 with that body, never a traceback; the connection then
 serves the next request (`_Contain`).
 
 One request cannot take the server's memory: bodies, text cells and pages of rows are
-bounded (`limits`); a page cut by size reports in `limit` the rows it holds.
+bounded (`limits`); a page cut by size reports in `limit` the rows it holds. Nor hold a
+connection for ever: a body's pauses are bounded here (408), the rest of a connection's
+life by `connection.Connection`.
 
 Keys: a key limited to some tables gets the same 403 for a table outside its scope and for
 a table that does not exist, so it cannot learn which tables exist. Failed
@@ -32,7 +36,7 @@ import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -40,8 +44,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from connector.server import openapi, query
 from connector.server.columns import TableDef
 from connector.server.faults import BadSetting, Faults, disturb_read
-from connector.server.limits import MAX_BODY_BYTES, MAX_CELL_BYTES, MAX_RESPONSE_BYTES, Limits
-from connector.server.problems import ApiProblem, bad_request, invalid, not_found
+from connector.server.late import LateWrites
+from connector.server.limits import (
+    BODY_TIMEOUT,
+    MAX_BODY_BYTES,
+    MAX_CELL_BYTES,
+    MAX_RESPONSE_BYTES,
+    Limits,
+)
+from connector.server.problems import ApiProblem, bad_request, echo, invalid, not_found
 from connector.server.ratelimit import RateLimiter
 from connector.server.storage import ApiKey, Storage
 
@@ -89,6 +100,7 @@ class Call:
     storage: Storage
     limits: Limits
     faults: Faults
+    late: LateWrites
 
     def table(self, *, write: bool) -> TableDef:
         """The addressed table: 404 if it does not exist, 403 if the key may not use it.
@@ -97,17 +109,28 @@ class Call:
         """
         table_id = self.request.path_params["table_id"]
         if not self.key.may_read(table_id):
-            raise ApiProblem(403, f"this API key has no access to table {table_id!r}")
+            raise ApiProblem(403, f"this API key has no access to table {echo(table_id)}")
         table = self.storage.table(table_id)
         if table is None:
-            raise not_found(f"table {table_id!r} does not exist")
+            raise not_found(f"table {echo(table_id)} does not exist")
         if write and not self.key.may_write(table.id):
             raise ApiProblem(403, f"this API key is read-only for table {table.id!r}")
         return table
 
     async def body(self) -> dict[str, Any]:
-        """The JSON object sent; 415 / 413 / 400 when it is not one."""
-        return await json_body(self.request, self.limits.body)
+        """The JSON object sent; 415 / 413 / 408 / 400 when it is not one."""
+        return await json_body(self.request, self.limits.body, self.limits.body_timeout)
+
+    # Row writes go through `late`: with the late-visibility fault they reach reads later.
+
+    def insert_rows(self, table: TableDef, cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return self.late.insert_rows(table, cells, self.faults.late_visibility_ms)
+
+    def update_row(self, table: TableDef, row_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+        return self.late.update_row(table, row_id, changes, self.faults.late_visibility_ms)
+
+    def delete_rows(self, table: TableDef, row_ids: list[str]) -> list[str]:
+        return self.late.delete_rows(table, row_ids, self.faults.late_visibility_ms)
 
     def fit(self, cells: dict[str, Any], *, index: int | None = None) -> dict[str, Any]:
         """`cells` if every text fits `max_cell_bytes`; 400 VALIDATION_ERROR naming the column."""
@@ -125,17 +148,26 @@ class Call:
         return cells
 
 
-async def json_body(request: Request, max_body: int) -> dict[str, Any]:
-    """The JSON object sent; 415 / 413 / 400 when it is not one."""
+async def json_body(request: Request, max_body: int, timeout: float) -> dict[str, Any]:
+    """The JSON object sent; 415 / 413 / 400 when it is not one, 408 (and the connection
+    closes) when it pauses for over `timeout` seconds."""
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media != "application/json" and not media.endswith("+json"):
-        raise ApiProblem(415, f"send the body as JSON with Content-Type: application/json (got {media or 'none'!r})")
+        raise ApiProblem(415, f"send the body as JSON with Content-Type: application/json (got {echo(media) if media else 'none'})")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_body:
         raise ApiProblem(413, f"the body is larger than {max_body} bytes")
     data = bytearray()
-    async for chunk in request.stream():
-        data += chunk
+    stream = request.stream()
+    while True:
+        try:
+            data += await asyncio.wait_for(anext(stream), timeout)
+        except StopAsyncIteration:
+            break
+        except TimeoutError:
+            raise ApiProblem(
+                408, f"the body paused for over {timeout:g} s; send it whole", headers={"Connection": "close"}
+            ) from None
         if len(data) > max_body:
             raise ApiProblem(413, f"the body is larger than {max_body} bytes")
     if not data.strip():
@@ -166,6 +198,7 @@ class _Gate:
         #: Keys that authenticated from each address: a block of the address spares them.
         self.trusted: dict[str, set[str]] = {}
         self.limits = limits
+        self.late = LateWrites(storage)
 
     def endpoint(self, handler: Handler, *, write: bool) -> Callable[[Request], Awaitable[Response]]:
         async def run(request: Request) -> Response:
@@ -185,7 +218,8 @@ class _Gate:
                         f"rate limit of {self.limiter.rate:g} requests a second exceeded",
                         headers={"Retry-After": RateLimiter.retry_after(wait)},
                     )
-            response = await handler(Call(request, key, self.storage, self.limits, faults))
+            self.late.apply_due()
+            response = await handler(Call(request, key, self.storage, self.limits, faults, self.late))
             if write and faults.hit(faults.fail_after_write_rate):
                 return problem_response(
                     ApiProblem(500, "injected failure after the write was committed (--fail-after-write-rate)")
@@ -197,13 +231,17 @@ class _Gate:
         return run
 
     async def control(self, request: Request) -> Response:
-        """``PUT /v1/_faults``: replace fault settings at once (any valid key); GET shows them.
+        """``PUT /v1/_faults``: replace fault settings at once; GET shows them.
 
-        Outside the faults it controls, so a server failing every request can be calmed.
+        Only an admin key (`connector keys create --admin`) may: any other key, read-only
+        or scoped ones included, gets 403. Outside the faults it controls, so a server
+        failing every request can be calmed.
         """
-        self._authenticate(request)
+        key = self._authenticate(request)
+        if not key.admin:
+            raise ApiProblem(403, "only an admin key (connector keys create --admin) may use /v1/_faults")
         if request.method == "PUT":
-            changes = await json_body(request, self.limits.body)
+            changes = await json_body(request, self.limits.body, self.limits.body_timeout)
             try:
                 self.faults = self.faults.replace(changes)
             except BadSetting as exc:
@@ -273,18 +311,18 @@ async def list_rows(call: Call) -> Response:
 async def create_row(call: Call) -> Response:
     table = call.table(write=True)
     cells = call.fit(table.check_create(_fields(await call.body())))
-    return JSON(call.storage.insert_rows(table, [cells])[0], status_code=201)
+    return JSON(call.insert_rows(table, [cells])[0], status_code=201)
 
 
 async def update_row(call: Call) -> Response:
     table = call.table(write=True)
     changes = call.fit(table.check_update(_fields(await call.body())))
-    return JSON(call.storage.update_row(table, call.request.path_params["row_id"], changes))
+    return JSON(call.update_row(table, call.request.path_params["row_id"], changes))
 
 
 async def delete_row(call: Call) -> Response:
     table = call.table(write=True)
-    call.storage.delete_rows(table, [call.request.path_params["row_id"]])
+    call.delete_rows(table, [call.request.path_params["row_id"]])
     return Response(status_code=204)
 
 
@@ -300,7 +338,7 @@ async def create_rows(call: Call) -> Response:
         if not isinstance(item, dict) or "fields" not in item:
             raise invalid("rows", f'row {i}: each row must be {{"fields": {{...}}}}; nothing was written', index=i)
         cells.append(call.fit(table.check_create(item["fields"], index=i), index=i))
-    return JSON({"rows": call.storage.insert_rows(table, cells)}, status_code=201)
+    return JSON({"rows": call.insert_rows(table, cells)}, status_code=201)
 
 
 async def delete_rows(call: Call) -> Response:
@@ -310,7 +348,7 @@ async def delete_rows(call: Call) -> Response:
         raise invalid("row_ids", 'the body must be {"row_ids": ["row_...", ...]}')
     if len(ids) > MAX_BULK_ROWS:
         raise invalid("row_ids", f"at most {MAX_BULK_ROWS} ids a request, got {len(ids)}; nothing was deleted")
-    return JSON({"deleted": call.storage.delete_rows(table, ids)})
+    return JSON({"deleted": call.delete_rows(table, ids)})
 
 
 def _fields(body: dict[str, Any]) -> Any:
@@ -330,12 +368,12 @@ async def _on_problem(request: Request, exc: Exception) -> Response:
 async def _on_http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
-        problem = ApiProblem(404, f"no such endpoint: {request.method} {request.url.path}")
+        problem = ApiProblem(404, f"no such endpoint: {request.method} {echo(request.url.path)}")
     elif exc.status_code == 405:
         allowed = (exc.headers or {}).get("Allow", "")
         problem = ApiProblem(
             405,
-            f"method {request.method} is not allowed on {request.url.path}; allowed: {allowed}",
+            f"method {echo(request.method)} is not allowed on {echo(request.url.path)}; allowed: {allowed}",
             headers={"Allow": allowed} if allowed else None,
         )
     else:
@@ -350,6 +388,9 @@ class _Contain:
     connection on a raise, dropping any request pipelined behind it. Here the exception
     ends: logged, answered, and the connection serves the next request. Only once the
     response has started is it re-raised: a cut connection is then the honest ending.
+
+    A client that hangs up while sending its body is no error of ours: one warning line,
+    and its traceback only with debug logging (``connector --debug serve``).
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -368,10 +409,17 @@ class _Contain:
 
         try:
             await self.app(scope, receive, watch)
+        except ClientDisconnect as exc:
+            log.warning(
+                "%s %s: the client hung up before sending its whole body",
+                scope.get("method"),
+                echo(scope.get("path")),
+                exc_info=exc if log.isEnabledFor(logging.DEBUG) else None,
+            )
         except Exception as exc:
             if started:
                 raise
-            log.error("unexpected error on %s %s", scope.get("method"), scope.get("path"), exc_info=exc)
+            log.error("unexpected error on %s %s", scope.get("method"), echo(scope.get("path")), exc_info=exc)
             await problem_response(ApiProblem(500, "internal server error"))(scope, receive, send)
 
 
@@ -393,15 +441,19 @@ def create_app(
     insert_on_read: int = 0,
     max_page_size: int | None = None,
     refuse_system_filters: bool = False,
+    late_visibility_ms: float = 0.0,
     fault_control: bool = False,
     max_body_bytes: int = MAX_BODY_BYTES,
     max_cell_bytes: int = MAX_CELL_BYTES,
     max_response_bytes: int = MAX_RESPONSE_BYTES,
+    body_timeout: float = BODY_TIMEOUT,
 ) -> Starlette:
     """The reference server as an ASGI app over the SQLite file `db_path` (or a `Storage`).
 
     The fault options are `faults.Faults`'s; `fault_control` adds ``PUT /v1/_faults``.
-    The `max_*_bytes` bound what one request may send, store in a text cell, and receive.
+    The `max_*_bytes` bound what one request may send, store in a text cell, and receive;
+    `body_timeout` the longest pause in a body (the bounds of a connection are uvicorn's
+    and `connection.Connection`'s, which `serve` sets).
     """
     storage = db_path if isinstance(db_path, Storage) else Storage(db_path)
     faults = Faults(
@@ -415,8 +467,9 @@ def create_app(
         insert_on_read=insert_on_read,
         max_page_size=max_page_size,
         refuse_system_filters=refuse_system_filters,
+        late_visibility_ms=late_visibility_ms,
     )
-    limits = Limits(body=max_body_bytes, cell=max_cell_bytes, response=max_response_bytes)
+    limits = Limits(body=max_body_bytes, cell=max_cell_bytes, response=max_response_bytes, body_timeout=body_timeout)
     gate = _Gate(storage, faults, rate_limit, limits)
 
     def route(path: str, **handlers: Handler) -> Route:
@@ -444,4 +497,5 @@ def create_app(
         middleware=[Middleware(_Contain)],
     )
     app.state.storage = storage
+    app.state.late = gate.late  # `serve` applies what is still queued when it stops
     return app

@@ -12,8 +12,17 @@ from types import FrameType
 import click
 
 from connector.errors import ConfigError
+from connector.server import alter
 from connector.server.columns import SpecError
-from connector.server.limits import MAX_BODY_BYTES, MAX_CELL_BYTES, MAX_RESPONSE_BYTES
+from connector.server.limits import (
+    BODY_TIMEOUT,
+    HEADER_TIMEOUT,
+    KEEP_ALIVE_TIMEOUT,
+    MAX_BODY_BYTES,
+    MAX_CELL_BYTES,
+    MAX_HEAD_BYTES,
+    MAX_RESPONSE_BYTES,
+)
 from connector.server.storage import DEFAULT_DB, Storage
 
 _rate = click.FloatRange(0.0, 1.0)
@@ -64,6 +73,10 @@ _KEY = re.compile(r"[\x21-\x7e]{1,512}")
               help="Fault: clamp `limit` to N instead of 1000 (the applied limit is reported).")
 @click.option("--refuse-system-filters", is_flag=True,
               help="Fault: answer 400 (field 'filter') to filters on id, created_at, updated_at.")
+@click.option("--late-visibility-ms", type=click.FloatRange(min=0.0), default=0.0, metavar="D",
+              help="Fault: row writes (creates, updates, deletes) are answered and stamped on arrival "
+              "but reach reads (pages, totals, filters, sorts) D ms later, in arrival order, like a "
+              "lagging replica; a stop (SIGTERM, Ctrl-C) applies them first.")
 @click.option("--fault-control", is_flag=True,
               help="Accept PUT /v1/_faults {setting: value, ...} to change faults while running.")
 @click.option("--max-body-bytes", type=_bytes, default=MAX_BODY_BYTES, show_default=True,
@@ -74,6 +87,18 @@ _KEY = re.compile(r"[\x21-\x7e]{1,512}")
 @click.option("--max-response-bytes", type=_bytes, default=MAX_RESPONSE_BYTES, show_default=True,
               help="About the largest page of rows: when the rows asked for would exceed it, the page "
               "holds fewer (at least two, one if limit=1) and its `limit` says how many; step by it.")
+@click.option("--max-head-bytes", type=_bytes, default=MAX_HEAD_BYTES, show_default=True,
+              help="Largest request head (request line and headers); above it 414 when the request "
+              "line alone is, else 431.")
+@click.option("--header-timeout", type=click.FloatRange(min=0.0, min_open=True), default=HEADER_TIMEOUT,
+              show_default=True, metavar="SECONDS",
+              help="A request's head must be whole this long after the connection opened or the previous "
+              "answer ended; else 408 and the connection closes.")
+@click.option("--body-timeout", type=click.FloatRange(min=0.0, min_open=True), default=BODY_TIMEOUT,
+              show_default=True, metavar="SECONDS",
+              help="The longest pause while a client sends a body; then 408 and the connection closes.")
+@click.option("--keep-alive-timeout", type=click.IntRange(min=1), default=KEEP_ALIVE_TIMEOUT, show_default=True,
+              metavar="SECONDS", help="Close a connection idle this long between requests.")
 def serve(
     host: str,
     port: int,
@@ -92,10 +117,15 @@ def serve(
     insert_on_read: int,
     max_page_size: int | None,
     refuse_system_filters: bool,
+    late_visibility_ms: float,
     fault_control: bool,
     max_body_bytes: int,
     max_cell_bytes: int,
     max_response_bytes: int,
+    max_head_bytes: int,
+    header_timeout: float,
+    body_timeout: float,
+    keep_alive_timeout: int,
 ) -> None:
     """Run the reference Table Data REST API server (base path /v1) until Ctrl-C or SIGTERM.
 
@@ -107,7 +137,8 @@ def serve(
 
     A key limited to some tables gets the same 403 for any other table id, whether that
     table exists or not. Requests and pages are bounded by --max-body-bytes,
-    --max-cell-bytes and --max-response-bytes.
+    --max-cell-bytes and --max-response-bytes; connections by --max-head-bytes and the
+    --*-timeout options, so clients that send half a request and stop cannot hold them.
 
     Stopping (Ctrl-C, SIGTERM): requests in flight get up to 10 s to finish, then the
     write-ahead log is folded into the database, which is one self-contained file again.
@@ -117,6 +148,7 @@ def serve(
     import uvicorn
 
     from connector.server.app import create_app
+    from connector.server.connection import connection_class
     from connector.server.demo import seed_demo
 
     if demo_key_file is not None:
@@ -131,6 +163,7 @@ def serve(
     if source is click.core.ParameterSource.COMMANDLINE:
         click.echo("note: --demo-key shows in `ps`; CONNECTOR_DEMO_KEY or --demo-key-file does not", err=True)
     storage = Storage(db)
+    app = None
     # uvicorn handles SIGTERM and SIGINT while it serves (stop listening, let requests in
     # flight finish) and then raises the signal again: this handler turns that, or a
     # signal before serving, into an orderly exit through the `finally`, which folds the
@@ -160,22 +193,33 @@ def serve(
             insert_on_read=insert_on_read,
             max_page_size=max_page_size,
             refuse_system_filters=refuse_system_filters,
+            late_visibility_ms=late_visibility_ms,
             fault_control=fault_control,
             max_body_bytes=max_body_bytes,
             max_cell_bytes=max_cell_bytes,
             max_response_bytes=max_response_bytes,
+            body_timeout=body_timeout,
+        )
+        protocol = connection_class(
+            header_timeout=header_timeout, body_timeout=body_timeout, max_head_bytes=max_head_bytes
         )
         click.echo(f"serving http://{host}:{port}/v1 from {db}", err=True)
         try:
             uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
-                        http="h11", lifespan="off", timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS)
+                        http=protocol, h11_max_incomplete_event_size=max_head_bytes,
+                        timeout_keep_alive=keep_alive_timeout, lifespan="off",
+                        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS)
         except SystemExit as exc:  # uvicorn exits 3 when it cannot bind; our 3 means "partial"
             raise SystemExit(1 if exc.code else 0) from None
     finally:
         try:
-            storage.checkpoint()
+            if app is not None:
+                app.state.late.apply_all()  # writes the late-visibility fault still holds
         finally:
-            storage.close()
+            try:
+                storage.checkpoint()
+            finally:
+                storage.close()
 
 
 def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
@@ -220,6 +264,118 @@ def create_table(db: str, spec: Path) -> None:
     click.echo(table.id)
 
 
+_ALTER_HELP = f"""Change a table's columns while the server runs: the server sees the change at once.
+
+One change a command, applied to the schema and every row in one transaction, or not at
+all. TABLE is a table's name or id.
+
+\b
+{alter.RULES}
+
+Exit codes: 0 changed · 2 no database at --db, no such table or column, or a change the
+rules refuse (nothing was changed).
+"""
+
+
+@server.group("alter-table", help=_ALTER_HELP)
+def alter_table() -> None:
+    pass
+
+
+_alter_db = click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite file of the server.")
+_option = click.option("--option", "options", multiple=True, metavar="OPTION",
+                       help="An option of the choice column; repeat for each, in order.")
+
+
+@alter_table.command("add-column")
+@_alter_db
+@click.option("--required", is_flag=True,
+              help="Cells may not be empty; only on a table without rows (theirs would be empty).")
+@_option
+@click.argument("table")
+@click.argument("name")
+@click.argument("type_", metavar="TYPE")
+def add_column(db: str, required: bool, options: tuple[str, ...], table: str, name: str, type_: str) -> None:
+    """Add column NAME of TYPE (text, choice, number, checkbox, date) to TABLE, empty in every row.
+
+    Its id is col_NAME, or col_NAME_2, _3, ... when a renamed column holds that id.
+
+    Exit codes: 0 added · 2 no such table, a name that exists, a bad type or options, or
+    --required on a table with rows.
+    """
+    _alter(db, table, alter.AddColumn(name, type_, required, options or None))
+
+
+@alter_table.command("rename-column")
+@_alter_db
+@click.argument("table")
+@click.argument("name")
+@click.argument("new_name")
+def rename_column(db: str, table: str, name: str, new_name: str) -> None:
+    """Rename column NAME of TABLE to NEW_NAME; it keeps its id and every cell.
+
+    Exit codes: 0 renamed · 2 no such table or column, or NEW_NAME exists or is not a valid name.
+    """
+    _alter(db, table, alter.RenameColumn(name, new_name))
+
+
+@alter_table.command("retype-column")
+@_alter_db
+@_option
+@click.argument("table")
+@click.argument("name")
+@click.argument("type_", metavar="TYPE")
+def retype_column(db: str, options: tuple[str, ...], table: str, name: str, type_: str) -> None:
+    """Change column NAME of TABLE to TYPE, converting every cell (see `alter-table --help`).
+
+    A cell that does not convert becomes empty; the command says how many did. To choice,
+    give its options with --option.
+
+    Exit codes: 0 retyped · 2 no such table or column, an unknown TYPE, options missing or
+    not wanted, or a required column a cell of which would be empty.
+    """
+    _alter(db, table, alter.RetypeColumn(name, type_, options or None))
+
+
+@alter_table.command("drop-column")
+@_alter_db
+@click.argument("table")
+@click.argument("name")
+def drop_column(db: str, table: str, name: str) -> None:
+    """Drop column NAME of TABLE and its cells in every row.
+
+    Exit codes: 0 dropped · 2 no such table or column, or NAME is the table's only column.
+    """
+    _alter(db, table, alter.DropColumn(name))
+
+
+@alter_table.command("set-options")
+@_alter_db
+@click.argument("table")
+@click.argument("name")
+@click.argument("options", nargs=-1, required=True)
+def set_options(db: str, table: str, name: str, options: tuple[str, ...]) -> None:
+    """Set the OPTIONS of choice column NAME of TABLE, in order.
+
+    A cell holding an option no longer listed becomes empty; the command says how many did.
+
+    Exit codes: 0 set · 2 no such table or column, NAME not a choice column, OPTIONS not
+    distinct, or a required column a cell of which would be empty.
+    """
+    _alter(db, table, alter.SetOptions(name, options))
+
+
+def _alter(db: str, table: str, change: alter.ColumnChange) -> None:
+    if not os.path.exists(db):
+        raise ConfigError(f"no database at {db}; create a table or start the server first")
+    try:
+        done = Storage(db).alter_table(table, change)
+    except SpecError as exc:
+        raise ConfigError(str(exc)) from None
+    emptied = f"; {done.emptied} cell(s) that did not convert are empty now" if done.emptied else ""
+    click.echo(f"{done.table.name} ({done.table.id}): {done.summary}{emptied}")
+
+
 @click.group()
 def keys() -> None:
     """Manage API keys of a reference server's database."""
@@ -229,7 +385,10 @@ def keys() -> None:
 @click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite file of the server.")
 @click.option("--read-only", is_flag=True, help="The key may only read.")
 @click.option("--table", "tables", multiple=True, help="Limit the key to this table (name or id); repeatable.")
-def create_key(db: str, read_only: bool, tables: tuple[str, ...]) -> None:
+@click.option("--admin", is_flag=True,
+              help="The key may also change the faults of a server started with --fault-control "
+              "(PUT /v1/_faults); no other key may.")
+def create_key(db: str, read_only: bool, tables: tuple[str, ...], admin: bool) -> None:
     """Create an API key and print it. It is shown only this once (stored hashed).
 
     Without options the key may read and write every table.
@@ -239,7 +398,7 @@ def create_key(db: str, read_only: bool, tables: tuple[str, ...]) -> None:
     if not os.path.exists(db) and db != ":memory:":
         raise ConfigError(f"no database at {db}; create a table or start the server first")
     try:
-        raw = Storage(db).create_key(read_only=read_only, tables=tables or None)
+        raw = Storage(db).create_key(read_only=read_only, tables=tables or None, admin=admin)
     except KeyError as exc:
         raise ConfigError(str(exc.args[0])) from None
     click.echo(raw)

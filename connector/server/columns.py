@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from connector.server.problems import ApiProblem, invalid
+from connector.server.problems import ApiProblem, echo, invalid
 
 TYPES: tuple[str, ...] = ("text", "choice", "number", "checkbox", "date")
 
@@ -43,16 +43,21 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class ColumnDef:
-    """One column: its name (the key in a row's `fields`), type, and constraints."""
+    """One column: its name (the key in a row's `fields`), type, and constraints.
+
+    `id` is ``col_<name>`` when the column is created, and stays when it is renamed
+    (`alter`); left empty, it is ``col_<name>``.
+    """
 
     name: str
     type: str
     required: bool = False
     options: tuple[str, ...] | None = None
+    id: str = ""
 
-    @property
-    def id(self) -> str:
-        return f"col_{self.name}"
+    def __post_init__(self) -> None:
+        if not self.id:
+            object.__setattr__(self, "id", f"col_{self.name}")
 
     def to_api(self) -> dict[str, Any]:
         data: dict[str, Any] = {"id": self.id, "name": self.name, "type": self.type}
@@ -70,9 +75,9 @@ class ColumnDef:
         if kind in ("text", "choice", "date") and not isinstance(value, str):
             raise ValueError(f"expects a string, got {_json_type(value)}")
         if kind == "choice" and value not in (self.options or ()):
-            raise ValueError(f"{value!r} is not one of the options {list(self.options or ())}")
-        if kind == "date" and not _is_date(value):
-            raise ValueError(f"expects a date as YYYY-MM-DD, got {value!r}")
+            raise ValueError(f"{echo(value)} is not one of the options {list(self.options or ())}")
+        if kind == "date" and not is_date(value):
+            raise ValueError(f"expects a date as YYYY-MM-DD, got {echo(value)}")
         if kind == "number" and (
             isinstance(value, bool)
             or not isinstance(value, int | float)
@@ -150,7 +155,7 @@ class TableDef:
             if col is None:
                 hint = self.resolve(name)
                 tip = f"; did you mean {hint.name!r}?" if hint else f"; columns: {self.names()}"
-                raise invalid(name, where + f"unknown column {name!r}{tip}", index=index)
+                raise invalid(name, where + f"unknown column {echo(name)}{tip}", index=index)
             try:
                 cells[name] = col.check(value)
             except ValueError as exc:
@@ -184,7 +189,7 @@ def parse_spec(spec: Any) -> tuple[str, tuple[ColumnDef, ...]]:
         raise SpecError(f"table {name!r}: `columns` must be a non-empty list")
     columns: list[ColumnDef] = []
     for i, raw in enumerate(raw_columns):
-        columns.append(_parse_column(raw, f"table {name!r} column #{i}"))
+        columns.append(parse_column(raw, f"table {name!r} column #{i}"))
     seen: set[str] = set()
     for col in columns:
         if col.name in seen:
@@ -193,7 +198,9 @@ def parse_spec(spec: Any) -> tuple[str, tuple[ColumnDef, ...]]:
     return name, tuple(columns)
 
 
-def _parse_column(raw: Any, where: str) -> ColumnDef:
+def parse_column(raw: Any, where: str) -> ColumnDef:
+    """A column of a spec ``{"name", "type", "required"?, "options"?}``; SpecError saying
+    what is wrong, after `where`. Its id is ``col_<name>`` (an "id" given is ignored)."""
     if not isinstance(raw, Mapping):
         raise SpecError(f"{where}: must be an object")
     unknown = set(raw) - {"name", "type", "required", "options", "id"}
@@ -223,7 +230,8 @@ def _parse_column(raw: Any, where: str) -> ColumnDef:
     return ColumnDef(name, kind, required)
 
 
-def _is_date(value: str) -> bool:
+def is_date(value: str) -> bool:
+    """`value` is "YYYY-MM-DD", a real calendar date."""
     if not _DATE.fullmatch(value):
         return False
     try:

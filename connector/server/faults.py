@@ -5,6 +5,8 @@
     latency_ms             every request waits this long first
     fail_after_write_rate  a write commits, then the answer is a 500 (ambiguous failure)
     drop_rate              the connection is cut mid-response (after committing, for writes)
+    late_visibility_ms     writes are stamped on arrival and reach reads this long after
+                           (`late.LateWrites`: a lagging replica, a slow commit)
 
 Faults of the rows list: the first two change the table while it is being read
 (`disturb_read` runs before a page of ``GET /tables/:id/rows`` is served, through the normal
@@ -22,7 +24,8 @@ write); the last two make a server that pages or filters less than ours:
 With ``--fault-control``, ``PUT /v1/_faults`` with a JSON object of settings (these names)
 replaces them at once (`Faults.replace`; 400 naming an unknown or bad one), so a test can
 disturb one run and leave the next one quiet; ``GET /v1/_faults`` shows them all. Both take
-any valid key and bypass the faults themselves; without the flag they are 404.
+only an admin key (``connector keys create --admin``; any other key gets 403) and bypass the
+faults themselves; without the flag they are 404.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class BadSetting(ValueError):
 
 _RATES = ("fail_rate", "throttle_rate", "fail_after_write_rate", "drop_rate")
 _COUNTS = ("delete_on_read", "insert_on_read")
+_DELAYS = ("latency_ms", "late_visibility_ms")
 
 
 @dataclass(frozen=True)
@@ -64,11 +68,12 @@ class Faults:
     insert_on_read: int = 0
     max_page_size: int | None = None  # None: the API's 1000
     refuse_system_filters: bool = False
+    late_visibility_ms: float = 0.0
     _rng: random.Random = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Checks types too: settings also arrive as JSON (``PUT /v1/_faults``)."""
-        for name in (*_RATES, "latency_ms"):
+        for name in (*_RATES, *_DELAYS):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise BadSetting(name, f"{name} must be a number, got {value!r}")
@@ -76,8 +81,9 @@ class Faults:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise BadSetting(name, f"{name} must be between 0 and 1, got {value}")
-        if self.latency_ms < 0:
-            raise BadSetting("latency_ms", f"latency_ms must be >= 0, got {self.latency_ms}")
+        for name in _DELAYS:
+            if getattr(self, name) < 0:
+                raise BadSetting(name, f"{name} must be >= 0, got {getattr(self, name)}")
         for name in _COUNTS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:

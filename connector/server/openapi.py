@@ -26,13 +26,16 @@ _ERRORS = {
     "403": _error("The key may not use this table, or is read-only; a key limited to tables "
                   "gets this for any other table id, whether it exists or not"),
     "404": _error("No such table or row"),
+    "408": _error("The body paused for longer than the server waits (the connection closes)"),
     "413": _error("Body too large"),
+    "414": _error("The request line (URL) is longer than the server reads"),
     "415": _error("Body is not sent as application/json"),
     "429": {
         "description": "Rate limit exceeded; wait Retry-After seconds",
         "headers": {"Retry-After": {"schema": {"type": "string"}}},
         **_json(_ref("Error")),
     },
+    "431": _error("The request's headers are larger than the server reads"),
     "500": _error("Server error; retry after a moment"),
 }
 
@@ -41,9 +44,9 @@ _ROW_ID = {"name": "rowId", "in": "path", "required": True, "schema": {"type": "
 
 
 def _op(summary: str, responses: dict[str, Any], *, params: list[Any], body: Any = None) -> dict[str, Any]:
-    wanted = {"400", "401", "403", "404", "429", "500"}
+    wanted = {"400", "401", "403", "404", "414", "429", "431", "500"}
     if body is not None:
-        wanted |= {"413", "415"}
+        wanted |= {"408", "413", "415"}
     op: dict[str, Any] = {
         "summary": summary,
         "parameters": params,

@@ -8,16 +8,38 @@ from __future__ import annotations
 
 from typing import Any
 
-#: Error codes by status (DESIGN.md's set); `VALIDATION_ERROR` is a 400 naming a field.
-#: Other 4xx statuses (405, 413, 415) carry BAD_REQUEST: the request itself is wrong.
+#: Error codes by status (DESIGN.md's set, and one for each status beyond it, named as
+#: RFC 9110 names the status); `VALIDATION_ERROR` is a 400 naming a field.
 CODES: dict[int, str] = {
     400: "BAD_REQUEST",
     401: "UNAUTHORIZED",
     403: "FORBIDDEN",
     404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    408: "REQUEST_TIMEOUT",
+    413: "CONTENT_TOO_LARGE",
+    414: "URI_TOO_LONG",
+    415: "UNSUPPORTED_MEDIA_TYPE",
     429: "RATE_LIMITED",
+    431: "HEADERS_TOO_LARGE",
     500: "INTERNAL",
 }
+
+
+#: Characters of a client's value a message repeats (a 60 KB id is not echoed whole).
+ECHO_CHARS = 80
+#: The most an error body's `message` and `field` hold, whatever was sent: a backstop.
+MAX_MESSAGE_CHARS = 2000
+MAX_FIELD_CHARS = 200
+
+
+def echo(value: object) -> str:
+    """`value` as a message repeats it: its repr, cut after `ECHO_CHARS` characters."""
+    shown = repr(value)
+    if len(shown) <= ECHO_CHARS:
+        return shown
+    size = f"{len(value)} characters" if isinstance(value, str) else f"{len(shown)} characters shown"
+    return f"{shown[:ECHO_CHARS]}... ({size})"
 
 
 class ApiProblem(Exception):
@@ -33,10 +55,14 @@ class ApiProblem(Exception):
         index: int | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
+        if len(message) > MAX_MESSAGE_CHARS:
+            message = message[:MAX_MESSAGE_CHARS] + "..."
+        if field is not None and len(field) > MAX_FIELD_CHARS:
+            field = field[:MAX_FIELD_CHARS] + "..."
         super().__init__(message)
         self.status = status
         self.message = message
-        self.code = code or CODES.get(status, "BAD_REQUEST")
+        self.code = code or CODES.get(status, "INTERNAL" if status >= 500 else "BAD_REQUEST")
         self.field = field
         self.index = index
         self.headers = headers or {}

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from connector.server.columns import ColumnDef, TableDef
-from connector.server.problems import bad_request, invalid
+from connector.server.problems import bad_request, echo, invalid
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -129,7 +129,7 @@ def parse(
     offset = _natural(params, "offset", 0)
     order = params.get("order", "asc")
     if order not in ("asc", "desc"):
-        raise bad_request(f"`order` must be 'asc' or 'desc', got {params['order']!r}", field="order")
+        raise bad_request(f"`order` must be 'asc' or 'desc', got {echo(params['order'])}", field="order")
     sort = params.get("sort") or "created_at"
     return RowQuery(
         table_id=table.id,
@@ -146,7 +146,7 @@ def _natural(params: Mapping[str, str], name: str, default: int) -> int:
     if raw is None:
         return default
     if not _NATURAL.fullmatch(raw):
-        raise bad_request(f"`{name}` must be a non-negative integer, got {raw!r}", field=name)
+        raise bad_request(f"`{name}` must be a non-negative integer, got {echo(raw)}", field=name)
     return int(raw)
 
 
@@ -169,7 +169,7 @@ def _target(table: TableDef, key: str) -> ColumnDef | str | None:
 def _order_keys(table: TableDef, sort: str) -> tuple[str, ...]:
     target = _target(table, sort)
     if target is None:
-        raise invalid(sort, f"cannot sort by {sort!r}: no such column; columns: {table.names()} or {list(SYSTEM_FIELDS)}")
+        raise invalid(sort, f"cannot sort by {echo(sort)}: no such column; columns: {table.names()} or {list(SYSTEM_FIELDS)}")
     if target == "id":
         return ("id",)
     if isinstance(target, str):
@@ -192,14 +192,14 @@ def _conditions(table: TableDef, raw: str | None, *, system_filters: bool) -> tu
     for key, ops in spec.items():
         target = _target(table, key)
         if target is None:
-            raise invalid(key, f"cannot filter on {key!r}: no such column; columns: {table.names()}")
+            raise invalid(key, f"cannot filter on {echo(key)}: no such column; columns: {table.names()}")
         if isinstance(target, str) and not system_filters:
-            raise invalid("filter", f"this server cannot filter on the system field {key!r}")
+            raise invalid("filter", f"this server cannot filter on the system field {echo(key)}")
         if not isinstance(ops, dict) or not ops:
-            raise invalid(key, f'filter on {key!r} must be an object like {{"eq": value}} or {{"gt": value}}')
+            raise invalid(key, f'filter on {echo(key)} must be an object like {{"eq": value}} or {{"gt": value}}')
         for op, value in ops.items():
             if op not in OPERATORS:
-                raise invalid(key, f"filter on {key!r}: unknown operator {op!r}; operators: {sorted(OPERATORS)}")
+                raise invalid(key, f"filter on {echo(key)}: unknown operator {echo(op)}; operators: {sorted(OPERATORS)}")
             conditions.append(_condition(target, key, op, value))
     return tuple(conditions)
 
@@ -208,16 +208,16 @@ def _condition(target: ColumnDef | str, key: str, op: str, value: Any) -> Condit
     expr = target if isinstance(target, str) else _cell(target)
     if value is None:
         if op != "eq":
-            raise invalid(key, f"filter on {key!r}: {op!r} needs a value, not null")
+            raise invalid(key, f"filter on {echo(key)}: {echo(op)} needs a value, not null")
         return Condition(f"{expr} IS NULL", None)
     if isinstance(target, str):  # system fields are strings: ids and ISO timestamps
         if not isinstance(value, str):
-            raise invalid(key, f"filter on {key!r} compares with a string")
+            raise invalid(key, f"filter on {echo(key)} compares with a string")
         return Condition(f"{expr} {OPERATORS[op]} ?", value)
     try:
         checked = _filter_value(target, value)
     except ValueError as exc:
-        raise invalid(key, f"filter on {key!r} ({target.type}): {exc}") from None
+        raise invalid(key, f"filter on {echo(key)} ({target.type}): {exc}") from None
     return Condition(f"{expr} {OPERATORS[op]} ?", checked)
 
 

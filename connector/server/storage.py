@@ -36,9 +36,10 @@ from typing import Any
 
 import orjson
 
+from connector.server import alter
 from connector.server.columns import ColumnDef, SpecError, TableDef, parse_spec
 from connector.server.paging import OffsetIndex
-from connector.server.problems import ApiProblem, not_found
+from connector.server.problems import ApiProblem, echo, not_found
 from connector.server.query import RowQuery
 
 DEFAULT_DB = "connector-server.db"
@@ -69,14 +70,16 @@ CREATE TABLE IF NOT EXISTS keys (
     hash TEXT PRIMARY KEY,
     read_only INTEGER NOT NULL,
     tables TEXT,
-    created_at TEXT NOT NULL
+    created_at TEXT NOT NULL,
+    admin INTEGER NOT NULL DEFAULT 0
 );
 """
 
 
 @dataclass(frozen=True)
 class ApiKey:
-    """What a key may do: write or only read; every table, or only `tables` (ids).
+    """What a key may do: write or only read; every table, or only `tables` (ids); and,
+    if `admin`, change a server's faults (``--fault-control``'s ``/v1/_faults``).
 
     `digest` (the stored hash) identifies the key, e.g. for rate limiting, without the key.
     """
@@ -84,6 +87,7 @@ class ApiKey:
     digest: str
     read_only: bool
     tables: frozenset[str] | None
+    admin: bool = False
 
     def may_read(self, table_id: str) -> bool:
         return self.tables is None or table_id in self.tables
@@ -186,6 +190,12 @@ class Storage:
         self._db.execute("PRAGMA mmap_size = 1073741824")
         self._db.execute("PRAGMA cache_size = -65536")
         self._db.executescript(_SCHEMA)
+        if "admin" not in {r[1] for r in self._db.execute("PRAGMA table_info(keys)")}:  # an older file
+            try:
+                self._db.execute("ALTER TABLE keys ADD COLUMN admin INTEGER NOT NULL DEFAULT 0")
+            except sqlite3.OperationalError as exc:
+                if "duplicate column" not in str(exc):  # else another process added it first
+                    raise
         self.clock = Clock()
         self.offsets = OffsetIndex()
         self._indexed: set[str] = set()
@@ -258,6 +268,54 @@ class Storage:
             "SELECT id, name, columns, created_at FROM tables WHERE name = ?", (name,)
         ).fetchone()
         return _table(row) if row else None
+
+    def alter_table(self, ref: str, change: alter.ColumnChange) -> alter.Altered:
+        """Apply one column change (see `alter`) to the table with id or name `ref`: its
+        schema and every row's cells in one transaction, or nothing (SpecError saying why).
+
+        No row's stamps move. The table's version moves, so remembered offsets and totals
+        (`paging`) of this server, or of one running on the same file, are not used again.
+        """
+        with self._write() as db:
+            found = db.execute(
+                "SELECT id, name, columns, created_at FROM tables WHERE id = ?", (ref,)
+            ).fetchone() or db.execute(
+                "SELECT id, name, columns, created_at FROM tables WHERE name = ?", (ref,)
+            ).fetchone()
+            if found is None:
+                raise SpecError(f"no table with id or name {ref!r}")
+            planned = alter.plan(_table(found), change)
+            emptied = 0
+            refused: list[SpecError] = []
+
+            def rewrite(rid: str, stored: str) -> str:
+                nonlocal emptied
+                try:
+                    fields, n = planned.rewrite(orjson.loads(stored))
+                except SpecError as exc:
+                    refused.append(SpecError(f"table {planned.table.name!r}, row {rid}: {exc}; nothing was changed"))
+                    raise
+                emptied += n
+                return orjson.dumps(fields).decode()
+
+            db.create_function("alter_fields", 2, rewrite)
+            try:
+                db.execute("UPDATE rows SET fields = alter_fields(id, fields) WHERE table_id = ?", (planned.table.id,))
+            except sqlite3.OperationalError:
+                if refused:
+                    raise refused[0] from None
+                raise
+            finally:
+                db.create_function("alter_fields", 2, None)
+            db.execute(
+                "UPDATE tables SET columns = ?, version = version + 1 WHERE id = ?",
+                (orjson.dumps([c.to_api() for c in planned.table.columns]).decode(), planned.table.id),
+            )
+        return alter.Altered(planned.table, planned.summary, emptied)
+
+    def find_table(self, ref: str) -> TableDef | None:
+        """The table with id `ref`, else the one called `ref`: how commands name a table."""
+        return self.table(ref) or self.table_by_name(ref)
 
     def summaries(self) -> list[dict[str, Any]]:
         """Every table with its column and row counts, oldest first."""
@@ -365,31 +423,61 @@ class Storage:
 
     def insert_rows(self, table: TableDef, cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Insert validated cells (see `TableDef.check_create`) in order, all or nothing."""
-        records, shown = [], []
+        return self.put_rows(table, self.new_rows(table, cells))
+
+    def new_rows(self, table: TableDef, cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Rows for validated cells as the API shows them, ids and stamps taken now; not written."""
+        rows = []
         for tick, cell in zip(self.clock.ticks(len(cells)), cells, strict=True):
-            rid, stamp, fields = row_id(tick), iso(tick), table.present(cell)
-            records.append((table.id, rid, stamp, stamp, orjson.dumps(fields).decode()))
-            shown.append(_row(rid, stamp, stamp, fields))
+            stamp = iso(tick)
+            rows.append(_row(row_id(tick), stamp, stamp, table.present(cell)))
+        return rows
+
+    def put_rows(self, table: TableDef, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Write rows made by `new_rows`, perhaps later (their stamps stay), all or nothing.
+
+        Returns them as stored: checked again, and 400 naming the column, if the table's
+        columns changed since they were checked (`_current`).
+        """
         with self._write() as db:
+            current = self._current(db, table)
+            if current.columns != table.columns:
+                rows = [
+                    {**row, "fields": current.present(current.check_create(_filled(row["fields"]), index=i))}
+                    for i, row in enumerate(rows)
+                ]
+            records = [
+                (table.id, r["id"], r["created_at"], r["updated_at"], orjson.dumps(r["fields"]).decode())
+                for r in rows
+            ]
             db.executemany(
                 "INSERT INTO rows (table_id, id, created_at, updated_at, fields) VALUES (?, ?, ?, ?, ?)",
                 records,
             )
             version = self._touch(db, table.id, len(records))
         self._carry(table.id, version, added=[(r[2], r[1]) for r in records], removed=[])
-        return shown
+        return list(rows)
 
-    def update_row(self, table: TableDef, row_id: str, changes: dict[str, Any]) -> dict[str, Any]:
-        """Merge validated `changes` into the stored cells (None clears); 404 if no such row."""
+    def update_row(
+        self, table: TableDef, row_id: str, changes: dict[str, Any], *, stamp: str | None = None
+    ) -> dict[str, Any]:
+        """Merge validated `changes` into the stored cells (None clears); 404 if no such row.
+
+        `updated_at` becomes `stamp` (default: now). Changes checked against columns that
+        have changed since are checked again (400 naming the column).
+        """
         with self._write() as db:
+            current = self._current(db, table)
+            if current.columns != table.columns:
+                changes = current.check_update(changes)
             found = db.execute(
                 "SELECT created_at, fields FROM rows WHERE table_id = ? AND id = ?", (table.id, row_id)
             ).fetchone()
             if found is None:
-                raise not_found(f"row {row_id!r} does not exist in table {table.id!r}")
+                raise not_found(f"row {echo(row_id)} does not exist in table {table.id!r}")
             created_at, stored = found
-            fields = table.present({**orjson.loads(stored), **changes})
-            stamp = self.clock.now()
+            fields = current.present({**orjson.loads(stored), **changes})
+            stamp = stamp or self.clock.now()
             text = orjson.dumps(fields).decode()
             db.execute(
                 "UPDATE rows SET fields = ?, updated_at = ? WHERE table_id = ? AND id = ?",
@@ -399,8 +487,28 @@ class Storage:
         self._carry(table.id, version, added=[], removed=[])
         return _row(row_id, created_at, stamp, fields)
 
-    def delete_rows(self, table: TableDef, row_ids: Sequence[str]) -> list[str]:
-        """Delete every one of `row_ids` or none: 404 naming the first unknown id."""
+    def row(self, table_id: str, row_id: str) -> dict[str, Any] | None:
+        """The stored row as the API shows it, or None."""
+        found = self._db.execute(
+            "SELECT id, created_at, updated_at, fields FROM rows WHERE table_id = ? AND id = ?", (table_id, row_id)
+        ).fetchone()
+        return None if found is None else _row(found[0], found[1], found[2], orjson.loads(found[3]))
+
+    def _current(self, db: sqlite3.Connection, table: TableDef) -> TableDef:
+        """The table as stored now, inside a write: its columns may have changed (`alter_table`,
+        another process) since a request read them; 404 if the table is gone."""
+        found = db.execute(
+            "SELECT id, name, columns, created_at FROM tables WHERE id = ?", (table.id,)
+        ).fetchone()
+        if found is None:
+            raise not_found(f"table {table.id!r} does not exist")
+        return _table(found)
+
+    def delete_rows(self, table: TableDef, row_ids: Sequence[str], *, missing_ok: bool = False) -> list[str]:
+        """Delete every one of `row_ids` or none: 404 naming the first unknown id.
+
+        With `missing_ok`, ids of rows already gone are skipped; returns the ids deleted.
+        """
         unique = list(dict.fromkeys(row_ids))
         removed: list[tuple[str, str]] = []
         with self._write() as db:
@@ -412,10 +520,11 @@ class Storage:
                 removed += found
                 known = {r[1] for r in found}
                 missing = [r for r in chunk if r not in known]
-                if missing:
+                if missing and not missing_ok:
                     raise ApiProblem(
-                        404, f"row {missing[0]!r} does not exist in table {table.id!r}; nothing was deleted"
+                        404, f"row {echo(missing[0])} does not exist in table {table.id!r}; nothing was deleted"
                     )
+            unique = [r[1] for r in removed] if missing_ok else unique
             db.executemany("DELETE FROM rows WHERE table_id = ? AND id = ?", [(table.id, r) for r in unique])
             version = self._touch(db, table.id, -len(unique))
         self._carry(table.id, version, added=[], removed=removed)
@@ -454,25 +563,31 @@ class Storage:
 
     # -- keys ---------------------------------------------------------------------------
 
-    def create_key(self, *, read_only: bool = False, tables: Iterable[str] | None = None) -> str:
-        """Store a new random key (hashed) and return it; `tables` are ids or names, checked to exist."""
+    def create_key(
+        self, *, read_only: bool = False, tables: Iterable[str] | None = None, admin: bool = False
+    ) -> str:
+        """Store a new random key (hashed) and return it; `tables` are ids or names, checked to exist.
+
+        `admin`: the key may also change faults; its access to tables is as for any key.
+        """
         raw = new_key()
         ids: list[str] | None = None
         if tables is not None:
             ids = []
             for ref in tables:
-                table = self.table(ref) or self.table_by_name(ref)
+                table = self.find_table(ref)
                 if table is None:
                     raise KeyError(f"no table with id or name {ref!r}")
                 ids.append(table.id)
         with self._write() as db:
             db.execute(
-                "INSERT INTO keys (hash, read_only, tables, created_at) VALUES (?, ?, ?, ?)",
+                "INSERT INTO keys (hash, read_only, tables, created_at, admin) VALUES (?, ?, ?, ?, ?)",
                 (
                     hash_key(raw),
                     int(read_only),
                     None if ids is None else orjson.dumps(ids).decode(),
                     self.clock.now(),
+                    int(admin),
                 ),
             )
         return raw
@@ -496,11 +611,13 @@ class Storage:
 
     def find_key(self, raw: str) -> ApiKey | None:
         digest = hash_key(raw)
-        found = self._db.execute("SELECT hash, read_only, tables FROM keys WHERE hash = ?", (digest,)).fetchone()
+        found = self._db.execute(
+            "SELECT hash, read_only, tables, admin FROM keys WHERE hash = ?", (digest,)
+        ).fetchone()
         if found is None or not hmac.compare_digest(found[0], digest):
             return None
         tables = None if found[2] is None else frozenset(orjson.loads(found[2]))
-        return ApiKey(digest=digest, read_only=bool(found[1]), tables=tables)
+        return ApiKey(digest=digest, read_only=bool(found[1]), tables=tables, admin=bool(found[3]))
 
 
 def _table(row: tuple[str, str, str, str]) -> TableDef:
@@ -511,6 +628,7 @@ def _table(row: tuple[str, str, str, str]) -> TableDef:
             c["type"],
             bool(c.get("required", False)),
             tuple(c["options"]) if "options" in c else None,
+            c.get("id", ""),
         )
         for c in orjson.loads(cols)
     )
@@ -519,6 +637,11 @@ def _table(row: tuple[str, str, str, str]) -> TableDef:
 
 def _row(rid: str, created: str, updated: str, fields: Any) -> dict[str, Any]:
     return {"id": rid, "fields": fields, "created_at": created, "updated_at": updated}
+
+
+def _filled(fields: dict[str, Any]) -> dict[str, Any]:
+    """The cells of `fields` that hold a value: what `TableDef.check_create` takes."""
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:

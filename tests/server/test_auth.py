@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
 from connector.server.app import create_app
-from connector.server.storage import Storage
+from connector.server.storage import ApiKey, Storage, hash_key
 from tests.server.conftest import PEOPLE, make_client
 
 
@@ -142,3 +144,18 @@ def test_error_messages_never_contain_the_key(storage: Storage, key: str, two_ta
 
 def test_responses_are_json(api: httpx.Client) -> None:
     assert api.get("/tables").headers["content-type"] == "application/json"
+
+
+def test_a_database_from_before_admin_keys_opens_with_its_keys_as_they_were(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute("CREATE TABLE keys (hash TEXT PRIMARY KEY, read_only INTEGER NOT NULL, tables TEXT, "
+                     "created_at TEXT NOT NULL)")
+        conn.execute("INSERT INTO keys VALUES (?, 1, NULL, '2024-01-01T00:00:00Z')", (hash_key("key_old"),))
+        conn.commit()
+    with contextlib.closing(Storage(str(db))) as storage:
+        assert storage.find_key("key_old") == ApiKey(hash_key("key_old"), read_only=True, tables=None, admin=False)
+        admin = storage.find_key(storage.create_key(admin=True))
+        assert admin is not None and admin.admin and not admin.read_only
+    with contextlib.closing(Storage(str(db))) as again:  # opened a second time: nothing to add
+        assert again.find_key("key_old") is not None

@@ -171,7 +171,11 @@ def test_a_bad_demo_key_file_is_refused_before_serving(tmp_path: Path, content: 
 def test_serve_help_documents_the_bounds_and_their_defaults() -> None:
     shown = " ".join(CliRunner().invoke(main, ["serve", "--help"], terminal_width=200).output.split())
     for flag, default in (("--max-body-bytes", 8388608), ("--max-cell-bytes", 1048576),
-                          ("--max-response-bytes", 8388608)):
-        assert flag in shown and f"default: {default}" in shown
+                          ("--max-response-bytes", 8388608), ("--max-head-bytes", 65536),
+                          ("--header-timeout SECONDS", 10.0), ("--body-timeout SECONDS", 10.0),
+                          ("--keep-alive-timeout SECONDS", 5)):
+        options = shown[shown.index("Options:"):]
+        assert flag in options and f"default: {default}" in options[options.index(flag):][:400], flag
+    assert "--late-visibility-ms D" in shown
     assert "at least two" in shown and "step by it" in shown
     assert "CONNECTOR_DEMO_KEY" in shown and "--demo-key-file" in shown

@@ -41,7 +41,7 @@ def test_unknown_routes_outside_v1_are_404_too(api: httpx.Client) -> None:
 )
 def test_wrong_methods_are_405_with_allow(api: httpx.Client, method: str, path: str, allowed: str) -> None:
     response = api.request(method, path)
-    assert_error(response, 405, "BAD_REQUEST")
+    assert_error(response, 405, "METHOD_NOT_ALLOWED")
     for name in allowed.split(", "):
         assert name in response.headers["allow"]
 
@@ -61,7 +61,7 @@ def test_body_that_is_not_an_object_is_400(api: httpx.Client, people: str, body:
 def test_body_without_json_content_type_is_415(api: httpx.Client, people: str, content_type: str | None) -> None:
     headers = {"content-type": content_type} if content_type else {}
     response = api.post(f"/tables/{people}/rows", content=b'{"fields": {"Name": "x"}}', headers=headers)
-    assert "application/json" in assert_error(response, 415, "BAD_REQUEST")["message"]
+    assert "application/json" in assert_error(response, 415, "UNSUPPORTED_MEDIA_TYPE")["message"]
 
 
 def test_json_content_type_with_charset_is_accepted(api: httpx.Client, people: str) -> None:
@@ -76,7 +76,7 @@ def test_json_content_type_with_charset_is_accepted(api: httpx.Client, people: s
 def test_oversized_body_is_413_and_writes_nothing(storage: Storage, key: str, people: str) -> None:
     with make_client(create_app(storage, max_body_bytes=1000), key) as client:
         big = {"rows": [{"fields": {"Name": "x" * 100}}] * 20}
-        assert_error(client.post(f"/tables/{people}/rows/bulk", json=big), 413, "BAD_REQUEST")
+        assert_error(client.post(f"/tables/{people}/rows/bulk", json=big), 413, "CONTENT_TOO_LARGE")
 
         assert client.get(f"/tables/{people}/rows").json()["total"] == 0
 

@@ -9,7 +9,9 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from click.testing import CliRunner
 
+from connector.cli import main
 from connector.server.query import parse
 from connector.server.storage import Storage
 from tests.fixtures.server import RunningServer, ServerFactory
@@ -96,7 +98,7 @@ def test_a_streamed_body_over_the_limit_is_refused(server: RunningServer) -> Non
             f"/tables/{table}/rows", content=chunks(), headers={"content-type": "application/json"}
         )
         assert response.status_code == 413
-        assert response.json()["error"]["code"] == "BAD_REQUEST"
+        assert response.json()["error"]["code"] == "CONTENT_TOO_LARGE"
         assert client.get(f"/tables/{table}/rows").json()["total"] == 0
 
 
@@ -249,7 +251,12 @@ def test_fault_control_changes_faults_while_running(server_factory: ServerFactor
         assert running.row_count(table) == 38
         refused = client.get(f"/tables/{table}/rows", params={"filter": json.dumps({"id": {"gt": ""}})})
         assert refused.status_code == 400 and refused.json()["error"]["field"] == "filter"
-        assert client.get("/_faults").json()["refuse_system_filters"] is True
+    with admin_client(running) as admin:
+        assert admin.get("/_faults").json()["refuse_system_filters"] is True
+
+
+def admin_client(running: RunningServer) -> httpx.Client:
+    return running.client(headers={"Authorization": f"Bearer {running.admin_key}"})
 
 
 @pytest.mark.parametrize(
@@ -268,7 +275,7 @@ def test_fault_control_refuses_unknown_names_and_bad_values(
     server_factory: ServerFactory, body: dict[str, object], field: str
 ) -> None:
     running = server_factory(fault_control=True)
-    with running.client() as client:
+    with admin_client(running) as client:
         before = client.get("/_faults").json()
         response = client.put("/_faults", json=body)
         assert response.status_code == 400
@@ -285,3 +292,34 @@ def test_fault_control_needs_the_flag_and_a_key(server_factory: ServerFactory) -
     assert httpx.put(f"{controlled.base_url}/_faults", json={"delete_on_read": 1}).status_code == 401
     with pytest.raises(RuntimeError, match="404"):
         plain.set_faults(delete_on_read=1)
+
+
+def test_only_an_admin_key_may_read_or_change_faults(server_factory: ServerFactory) -> None:
+    running = server_factory(fault_control=True)
+    table = running.create_table(PEOPLE)
+    others = {
+        "full access": running.api_key,
+        "read-only": running.create_key(read_only=True),
+        "scoped": running.create_key(tables=[table]),
+        "read-only, scoped": running.create_key(read_only=True, tables=[table]),
+    }
+    with admin_client(running) as admin:
+        before = admin.get("/_faults").json()
+    for kind, key in others.items():
+        headers = {"Authorization": f"Bearer {key}"}
+        for method in ("PUT", "GET"):
+            refused = httpx.request(method, f"{running.base_url}/_faults", headers=headers,
+                                    json={"fail_rate": 1.0} if method == "PUT" else None)
+            assert refused.status_code == 403, (kind, method, refused.text)
+            assert refused.json()["error"]["code"] == "FORBIDDEN"
+            assert "--admin" in refused.json()["error"]["message"]
+    with admin_client(running) as admin:
+        assert admin.get("/_faults").json() == before, "no refused change landed"
+    # `connector keys create --admin` makes such a key, read-only for tables if asked.
+    made = CliRunner().invoke(main, ["keys", "create", "--db", str(running.db_path), "--admin", "--read-only"])
+    assert made.exit_code == 0, made.output
+    headers = {"Authorization": f"Bearer {made.output.strip()}"}
+    changed = httpx.put(f"{running.base_url}/_faults", headers=headers, json={"latency_ms": 5})
+    assert changed.status_code == 200 and changed.json()["latency_ms"] == 5
+    written = httpx.post(f"{running.base_url}/tables/{table}/rows", headers=headers, json={"fields": {"Name": "x"}})
+    assert written.status_code == 403, "admin changes faults, not what a key may do to tables"

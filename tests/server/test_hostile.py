@@ -11,9 +11,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import re
+import select
 import socket
 import sqlite3
 import time
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -293,3 +296,218 @@ def test_table_names_with_control_characters_are_refused(server: RunningServer, 
         server.create_table({"name": "Fine", "columns": [{"name": name, "type": "text"}]})
     with server.client() as client:
         assert client.get("/tables").json() == {"tables": []}
+
+
+# -- connections (issue 19) ------------------------------------------------------------------
+
+
+def head(running: RunningServer, method: str, path: str, extra: str = "") -> bytes:
+    return (f"{method} /v1{path} HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {running.api_key}\r\n"
+            f"{extra}\r\n").encode()
+
+
+def hang_up_mid_body(running: RunningServer, table: str) -> None:
+    """Announces a 1000-byte body, sends 20 bytes of it, and closes the connection."""
+    extra = "Content-Type: application/json\r\nContent-Length: 1000\r\n"
+    with socket.create_connection(("127.0.0.1", running.port), timeout=5) as sock:
+        sock.sendall(head(running, "POST", f"/tables/{table}/rows", extra) + b'{"fields": {"Name": "')
+        time.sleep(0.05)  # the server is reading the body
+
+
+def new_log_lines(running: RunningServer, before: int, want: int, timeout: float = 5.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while len(running.log().splitlines()) < before + want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)  # anything more the last one would write
+    return running.log().splitlines()[before:]
+
+
+def test_a_client_hanging_up_mid_body_costs_at_most_one_log_line(server: RunningServer) -> None:
+    table = server.create_table(PEOPLE)
+    before = len(server.log().splitlines())
+    for _ in range(20):
+        hang_up_mid_body(server, table)
+    lines = new_log_lines(server, before, 20)
+    assert 1 <= len(lines) <= 20, "\n".join(lines[:40])
+    assert all("hung up" in line for line in lines), lines[:3]
+    assert not any("Traceback" in line for line in lines)
+    with server.client() as client:
+        assert client.get("/tables").status_code == 200
+    assert server.row_count(table) == 0
+
+
+def test_a_hang_up_shows_its_traceback_with_debug(server_factory: ServerFactory) -> None:
+    running = server_factory(debug=True)
+    table = running.create_table(PEOPLE)
+    before = len(running.log().splitlines())
+    hang_up_mid_body(running, table)
+    lines = new_log_lines(running, before, 5)
+    assert any("hung up" in line for line in lines)
+    assert any("Traceback" in line for line in lines) and any("ClientDisconnect" in line for line in lines)
+
+
+LONG = "x" * 60_000
+#: Requests that carry a 60 KB value the answer could repeat: (key, method, path, options, status).
+ECHOED: list[tuple[str, str, str, dict[str, Any], int]] = [
+    ("full", "GET", f"/tables/{LONG}", {}, 404),
+    ("scoped", "GET", f"/tables/{LONG}/rows", {}, 403),
+    ("full", "PATCH", "/tables/{table}/rows/" + LONG, {"json": {"fields": {"Name": "a"}}}, 404),
+    ("full", "DELETE", "/tables/{table}/rows/bulk", {"json": {"row_ids": [LONG]}}, 404),
+    ("full", "POST", "/tables/{table}/rows", {"json": {"fields": {LONG: 1}}}, 400),
+    ("full", "POST", "/tables/{table}/rows", {"json": {"fields": {"Name": "a", "Status": LONG}}}, 400),
+    ("full", "POST", "/tables/{table}/rows", {"json": {"fields": {"Name": "a", "Joined": LONG}}}, 400),
+    ("full", "POST", "/tables/{table}/rows", {"content": b"{}", "headers": {"content-type": LONG}}, 415),
+    ("full", "GET", "/tables/{table}/rows", {"params": {"sort": LONG}}, 400),
+    ("full", "GET", "/tables/{table}/rows", {"params": {"order": LONG}}, 400),
+    ("full", "GET", "/tables/{table}/rows", {"params": {"limit": LONG}}, 400),
+    ("full", "GET", "/tables/{table}/rows", {"params": {"filter": json.dumps({LONG: {"eq": 1}})}}, 400),
+    ("full", "GET", "/tables/{table}/rows", {"params": {"filter": json.dumps({"Name": {LONG: 1}})}}, 400),
+    ("full", "GET", f"/{LONG}", {}, 404),
+    ("full", "PUT", f"/tables/{LONG}", {}, 405),
+]
+
+
+@pytest.mark.parametrize(("key", "method", "path", "options", "status"), ECHOED,
+                         ids=[f"{m} {p[:28]} {str(o)[:30]}" for _, m, p, o, _ in ECHOED])
+def test_a_long_value_is_echoed_cut_to_a_readable_length(
+    server: RunningServer, key: str, method: str, path: str, options: dict[str, Any], status: int
+) -> None:
+    table = server.create_table(PEOPLE)
+    keys = {"full": server.api_key, "scoped": server.create_key(tables=[table])}
+    headers = {"Authorization": f"Bearer {keys[key]}", **options.pop("headers", {})}
+    with httpx.Client(base_url=server.base_url, headers=headers, timeout=30) as client:
+        response = client.request(method, path.format(table=table), **options)
+    got = error(response, status)
+    assert len(response.content) < 1000, f"a {len(response.content)}-byte answer"
+    assert "xxxxxxxxxx" in got["message"], got["message"]
+    assert re.search(r"\.\.\. \(600[0-9][0-9] characters\)", got["message"]), "says how long the value was"
+
+
+def read_answer(sock: socket.socket, timeout: float) -> tuple[bytes, float]:
+    """Everything the server sends until it closes the connection, and how long that took;
+    fails if it is still open after `timeout` seconds."""
+    started = time.monotonic()
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except TimeoutError:
+        raise AssertionError(f"still open after {timeout} s, having sent {data[:80]!r}") from None
+    return data, time.monotonic() - started
+
+
+def parsed(answer: bytes) -> tuple[int, dict[str, Any]]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+def test_clients_that_stop_mid_request_cannot_hold_connections(server_factory: ServerFactory) -> None:
+    """A handful of slow clients each stop somewhere in a request; all are cut loose on time,
+    and a good client is served meanwhile."""
+    running = server_factory(header_timeout=1, body_timeout=1, keep_alive_timeout=1)
+    table = running.create_table(PEOPLE)
+    body_head = "Content-Type: application/json\r\nContent-Length: 1000\r\n"
+    stalls: dict[str, bytes] = {
+        "half a head": b"GET /v1/tables HTTP/1.1\r\nHost: test\r\nAuthor",
+        "half a body": head(running, "POST", f"/tables/{table}/rows", body_head) + b'{"fields": {"Na',
+        "a body nobody reads": (f"POST /v1/tables/{table}/rows HTTP/1.1\r\nHost: test\r\n{body_head}\r\n").encode()
+        + b'{"fields"',  # no key: the 401 goes out before the body is read
+        "nothing": b"",
+    }
+    socks = {}
+    for name, data in stalls.items():
+        for i in range(5):
+            sock = socket.create_connection(("127.0.0.1", running.port), timeout=5)
+            sock.sendall(data)
+            socks[f"{name} #{i}"] = sock
+    idle = socket.create_connection(("127.0.0.1", running.port), timeout=5)  # after an answer
+    idle.sendall(request(running, "GET", "/tables"))
+    try:
+        with running.client() as client:
+            started = time.monotonic()
+            assert client.get(f"/tables/{table}/rows").status_code == 200
+            assert time.monotonic() - started < 1
+        for name, sock in socks.items():
+            answer, waited = read_answer(sock, timeout=5)
+            assert waited < 3, f"{name}: held {waited:.1f} s"
+            if name.startswith(("half a head", "half a body")):
+                status, body = parsed(answer)
+                assert (status, body["error"]["code"]) == (408, "REQUEST_TIMEOUT"), name
+            elif name.startswith("a body nobody reads"):
+                assert parsed(answer)[0] == 401, name
+            else:
+                assert answer == b"", name
+        answer, _ = read_answer(idle, timeout=5)
+        assert parsed(answer)[0] == 200
+    finally:
+        for sock in [*socks.values(), idle]:
+            sock.close()
+
+
+def test_a_head_dripped_a_byte_at_a_time_still_meets_its_deadline(server_factory: ServerFactory) -> None:
+    """The deadline is for the whole head, not a pause: a byte every 0.1 s does not hold it."""
+    running = server_factory(header_timeout=1)
+    with socket.create_connection(("127.0.0.1", running.port), timeout=5) as sock:
+        started = time.monotonic()
+        for byte in b"GET /v1/tables HTTP/1.1\r\nHost: test\r\nX-Slow: " + b"y" * 100:
+            if select.select([sock], [], [], 0.1)[0]:
+                break  # the server answered
+            sock.sendall(bytes([byte]))
+        answered = time.monotonic() - started
+        answer, _ = read_answer(sock, timeout=5)
+    assert parsed(answer)[0] == 408
+    assert 0.9 <= answered < 2.0
+
+
+OVERSIZED: list[tuple[str, bytes, int, str]] = [
+    ("a 1 MB URL", b"GET /v1/tables/" + b"x" * 1_000_000 + b" HTTP/1.1\r\nHost: test\r\n\r\n", 414, "URI_TOO_LONG"),
+    ("a 100 KB header", b"GET /v1/tables HTTP/1.1\r\nHost: test\r\nX-Big: " + b"y" * 100_000 + b"\r\n\r\n",
+     431, "HEADERS_TOO_LARGE"),
+    ("20,000 headers", b"GET /v1/tables HTTP/1.1\r\nHost: test\r\n" + b"X-H: v\r\n" * 20_000 + b"\r\n",
+     431, "HEADERS_TOO_LARGE"),
+    ("not HTTP", b"HELLO THERE\r\n\r\n", 400, "BAD_REQUEST"),
+]
+
+
+@pytest.mark.parametrize(("what", "data", "status", "code"), OVERSIZED, ids=[o[0] for o in OVERSIZED])
+def test_an_oversized_or_malformed_head_is_answered_never_reset(
+    server: RunningServer, what: str, data: bytes, status: int, code: str
+) -> None:
+    for _ in range(5):  # a reset is a race: give it chances
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(data)  # whole: the server reads what it will not use
+            answer, _ = read_answer(sock, timeout=10)
+        got, body = parsed(answer)
+        assert (got, body["error"]["code"]) == (status, code), what
+        assert answer.split(b"\r\n")[0].endswith(HTTPStatus(status).phrase.encode())
+        assert len(body["error"]["message"]) < 200
+    with server.client() as client:
+        assert client.get("/tables").status_code == 200
+
+
+def test_a_head_in_pieces_is_bounded_as_one_in_a_single_read(server: RunningServer) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"GET /v1/tables HTTP/1.1\r\nHost: test\r\n")
+        for _ in range(20):
+            sock.sendall(b"X-Piece: " + b"z" * 5000 + b"\r\n")
+            time.sleep(0.01)
+        with contextlib.suppress(OSError):
+            sock.sendall(b"\r\n")
+        answer, _ = read_answer(sock, timeout=10)
+    assert parsed(answer)[0] == 431
+
+
+def test_after_an_unread_body_ends_the_next_head_has_its_deadline(server_factory: ServerFactory) -> None:
+    running = server_factory(header_timeout=1, body_timeout=2)
+    table = running.create_table(PEOPLE)
+    body = b'{"fields": {"Name": "x"}}'
+    unauthorised = (f"POST /v1/tables/{table}/rows HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", running.port), timeout=5) as sock:
+        sock.sendall(unauthorised + body[:5])  # answered 401 before the body is read
+        time.sleep(0.3)
+        sock.sendall(body[5:] + b"GET /v1/tables HTTP/1.1\r\nHost: te")  # the body ends; half a head
+        answer, waited = read_answer(sock, timeout=5)
+    assert answer.count(b"HTTP/1.1 ") == 2 and b" 401 " in answer and b" 408 " in answer
+    assert waited < 2.5

@@ -1,0 +1,184 @@
+"""One HTTP/1.1 connection, as uvicorn's h11 protocol serves it, with the bounds it lacks.
+
+uvicorn closes a connection idle between requests (`timeout_keep_alive`, our
+``--keep-alive-timeout``) and h11 bounds a head it is still waiting for
+(`h11_max_incomplete_event_size`, set to ``--max-head-bytes``). Neither is enough:
+
+- nothing times out a request begun and never finished: a client that sends half a head,
+  or stops in a body nobody reads any more, holds its connection for ever, and a handful
+  of such clients hold as many connections as they like;
+- h11 refuses a head over its bound only when it arrived in pieces (one read of 100 KB
+  passes), with a plain-text 400, and uvicorn then closes with the rest of the request
+  unread: the client's kernel gets a reset, and the client often never reads the answer.
+
+`Connection` is uvicorn's `H11Protocol` (``uvicorn.run(http=...)`` takes the class) with:
+
+    head deadline    a request's head must be whole `header_timeout` s after the connection
+                     opened or the previous response ended: else 408 if part of it came, a
+                     plain close if none did (an idle connection)
+    body pause       a body whose answer already went out (the app did not need it) may
+                     pause at most `body_timeout` s, then the connection closes; while the
+                     app reads a body, `app.json_body` bounds its pauses the same and
+                     answers 408
+    head size        a head over `max_head_bytes` bytes: 414 when the request line alone
+                     is, else 431, however the bytes arrived
+    lingering close  each refusal goes out in the API's error body; then the connection
+                     stops writing and reads, and drops, what the client still sends, until
+                     it closes or `LINGER_SECONDS` pass: the client reads the answer, not a
+                     reset
+
+It leans on H11Protocol's hooks (`connection_made`, `data_received`,
+`on_response_complete`, `send_400_response`) and its `conn` and `transport`, and on h11's
+public states: uvicorn is pinned in .ci/constraints.txt, and tests/server/test_hostile.py
+drives every path over real sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable
+from http import HTTPStatus
+from typing import Any
+
+import h11
+import orjson
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from connector.server.limits import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_HEAD_BYTES
+from connector.server.problems import ApiProblem, echo
+
+#: Seconds a refused connection keeps reading (and dropping) what the client still sends.
+LINGER_SECONDS = 2.0
+
+
+class Connection(H11Protocol):
+    """H11Protocol with deadlines for a request's head and unread body, a head size bound,
+    refusals in the API's error body, and a lingering close (see the module)."""
+
+    header_timeout: float = HEADER_TIMEOUT
+    body_timeout: float = BODY_TIMEOUT
+    max_head_bytes: int = MAX_HEAD_BYTES
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline: asyncio.TimerHandle | None = None
+        self._awaited: Callable[[], None] | None = None  # what the deadline is for: _head_late, _body_late
+        self._linger: asyncio.TimerHandle | None = None
+
+    # -- H11Protocol's hooks ------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm(self.header_timeout, self._head_late)
+
+    def data_received(self, data: bytes) -> None:
+        if self._linger is not None:
+            return  # refused: what still comes is dropped
+        if self.conn.their_state is h11.IDLE and self._head_too_large(data):
+            return
+        super().data_received(data)
+        self._watch(fresh=False)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._watch(fresh=True)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        if self._linger is not None:
+            self._linger.cancel()
+        super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+        """h11 found the request malformed (uvicorn logged it): answer in our error body."""
+        error = sys.exc_info()[1]  # uvicorn calls this while handling h11's error
+        if getattr(error, "error_status_hint", 400) == 431 and self._head_too_large(b""):
+            return  # h11's own bound on a head that arrived in pieces: refused as ours
+        self._refuse(400, f"not a valid HTTP/1.1 request: {echo(str(error or msg))}")
+
+    # -- deadlines ------------------------------------------------------------------------
+
+    def _watch(self, *, fresh: bool) -> None:
+        """Arm the deadline the client's state calls for: its head, or a body nobody reads."""
+        theirs = self.conn.their_state
+        if theirs is h11.IDLE:
+            if fresh or self._awaited != self._head_late:  # a new head: from now on
+                self._arm(self.header_timeout, self._head_late)
+        elif theirs is h11.SEND_BODY and self.conn.our_state is h11.DONE:
+            self._arm(self.body_timeout, self._body_late)  # again on every piece: a pause
+        else:
+            self._disarm()  # the app has the request; its body pauses are json_body's
+
+    def _arm(self, seconds: float, then: Callable[[], None]) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(seconds, then)
+        self._awaited = then
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = self._awaited = None
+
+    def _head_late(self) -> None:
+        self._deadline = self._awaited = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        if self.conn.trailing_data[0].strip():
+            self._refuse(408, f"the request's head was not complete within {self.header_timeout:g} s")
+        else:  # nothing asked: an idle connection
+            self.transport.close()
+
+    def _body_late(self) -> None:
+        self._deadline = self._awaited = None
+        if not self.transport.is_closing() and self.conn.their_state is h11.SEND_BODY:
+            self.transport.close()  # answered already: nothing left to say
+
+    # -- refusals ---------------------------------------------------------------------------
+
+    def _head_too_large(self, data: bytes) -> bool:
+        """Refuse (414 or 431) if the head being received, `data` included, is over the bound."""
+        head = self.conn.trailing_data[0] + data
+        end = head.find(b"\r\n\r\n")
+        if (len(head) if end < 0 else end + 4) <= self.max_head_bytes:
+            return False
+        line = head.find(b"\r\n")
+        if line < 0 or line > self.max_head_bytes:
+            self._refuse(414, f"the request line (method, URL, version) is over {self.max_head_bytes} bytes")
+        else:
+            self._refuse(431, f"the request's headers are over {self.max_head_bytes} bytes")
+        return True
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer `status` in the API's error body, then close, lingering (see the module)."""
+        self._disarm()
+        body = orjson.dumps(ApiProblem(status, message).body())
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        try:
+            out = self.conn.send(h11.Response(status_code=status, headers=headers, reason=HTTPStatus(status).phrase))
+            out = (out or b"") + (self.conn.send(h11.Data(data=body)) or b"")
+            out += self.conn.send(h11.EndOfMessage()) or b""
+        except h11.LocalProtocolError:  # a response has begun: nothing more can be said
+            self.transport.close()
+            return
+        self.transport.write(out)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.transport.resume_reading()
+        self._linger = self.loop.call_later(LINGER_SECONDS, self.transport.close)
+
+
+def connection_class(
+    *, header_timeout: float = HEADER_TIMEOUT, body_timeout: float = BODY_TIMEOUT, max_head_bytes: int = MAX_HEAD_BYTES
+) -> type[Connection]:
+    """`Connection` with these bounds, for ``uvicorn.run(http=...)``."""
+    return type(
+        "Connection",
+        (Connection,),
+        {"header_timeout": header_timeout, "body_timeout": body_timeout, "max_head_bytes": max_head_bytes},
+    )
