@@ -72,18 +72,23 @@ class FilesDestination:
     def stored(self, target: Target) -> pa.Schema | None:
         if self.format == "csv":
             return None  # replaced whole: what it held does not matter
-        path = self.store.readable(self._file(target))
-        return None if path is None else pq.read_schema(path)
+        name = self._file(target)
+        path = self.store.readable(name)
+        if path is None:
+            return None
+        with self._failures(name, "reading"):  # not a Parquet file: one line, no traceback
+            return pq.read_schema(path)
 
     def scan(
         self, target: Target, columns: Sequence[str], *, updated_after: datetime | None = None
     ) -> Iterator[pa.RecordBatch]:
         if self.format == "csv":
             return
-        path = self.store.readable(self._file(target))
+        name = self._file(target)
+        path = self.store.readable(name)
         if path is None:
             return
-        with pq.ParquetFile(path) as file:  # not pq.read_table: pyarrow.dataset loads pandas
+        with self._failures(name, "reading"), pq.ParquetFile(path) as file:  # not pq.read_table: pyarrow.dataset loads pandas
             held = set(file.schema_arrow.names)
             wanted = [c for c in columns if c in held]
             keep = live_rows(held, target, updated_after)
@@ -118,12 +123,12 @@ class FilesDestination:
                 encode_parquet(rows, schema, temp)
 
     @contextlib.contextmanager
-    def _failures(self, name: str) -> Iterator[None]:
+    def _failures(self, name: str, doing: str = "writing") -> Iterator[None]:
         try:
             yield
         except (OSError, pa.ArrowException) as exc:
             where = self.store.locate(name)
-            raise DestinationError(f"writing {where} failed: {exc}") from exc
+            raise DestinationError(f"{doing} {where} failed: {exc}") from exc
 
 
 def _chain(*parts: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -17,8 +17,8 @@ import sqlalchemy as sa
 from click.testing import CliRunner, Result
 
 from connector.cli import main
-from tests.fixtures.server import RunningServer, ServerFactory
 from tests.destinations.samples import kill_when
+from tests.fixtures.server import RunningServer, ServerFactory
 
 SPEC = {
     "name": "orders",
@@ -70,7 +70,7 @@ def test_export_to_parquet_keeps_every_type(orders: tuple[RunningServer, str, An
     server, table_id, rows = orders
     result = run(server, "export", "--out", str(tmp_path))
     assert result.exit_code == 0, result.output
-    assert "1 of 1 tables exported, 3 rows" in result.output
+    assert "1 of 1 tables exported: 3 rows read, 3 written, 0 deleted" in result.output
     path = tmp_path / "orders.parquet"
 
     frame = pd.read_parquet(path)
@@ -209,12 +209,12 @@ def test_a_table_that_fails_is_reported_and_the_others_still_load_with_exit_1(
     assert "'orders'" in failed["error"] and "ON CONFLICT" in failed["error"]
 
 
-def test_a_bad_key_fails_with_exit_1_without_showing_the_key(
+def test_a_bad_key_fails_with_exit_2_without_showing_the_key(
     orders: tuple[RunningServer, str, Any], tmp_path: Path
 ) -> None:
     server, _, _ = orders
     result = run(server, "export", "--out", str(tmp_path), key="wrong-key-123456")
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a key the server refuses is the user's to fix
     assert "401" in result.output
     assert "wrong-key-123456" not in result.output
     assert "Traceback" not in result.output

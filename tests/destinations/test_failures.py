@@ -24,8 +24,8 @@ import pytest
 from click.testing import CliRunner
 
 from connector.cli import main
-from connector.destinations.naming import NAME_BYTES, fit_name
 from connector.destinations.formats import excel_safe, excel_safe_batch
+from connector.destinations.naming import NAME_BYTES, fit_name
 from tests.fixtures.server import ROOT, RunningServer, free_port
 
 FORMULAS = ["=1+1", "+41", "-2", "@SUM(A1)", "\tx", "plain", "a=b", ""]
@@ -65,7 +65,7 @@ def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 FAILING: dict[str, tuple[list[str], dict[str, str], int, str]] = {
-    "key refused": (["export"], {"CONNECTOR_API_KEY": "key_NotAKeyOfThisServer_12345"}, 1,
+    "key refused": (["export"], {"CONNECTOR_API_KEY": "key_NotAKeyOfThisServer_12345"}, 2,
                     "the API key was refused"),
     "no key": (["export"], {"CONNECTOR_API_KEY": ""}, 2, "CONNECTOR_API_KEY"),
     "unreachable server": (["--max-wait", "0.2", "export"],
@@ -78,7 +78,8 @@ FAILING: dict[str, tuple[list[str], dict[str, str], int, str]] = {
     "--max-concurrency 0": (["export", "--max-concurrency", "0"], {}, 2, "--max-concurrency"),
     "--max-concurrency 65": (["load", "--to", "sqlite:///{tmp}/x.db", "--max-concurrency", "65"], {}, 2,
                              "must be an integer from 1 to 64"),
-    "bad --to URL": (["load", "--to", "nope://x"], {}, 2, "scheme 'nope'"),
+    "bad --to URL": (["load", "--to", "nope://x"], {}, 2,
+                     "--to: names no database SQLAlchemy knows ('nope')"),
     "bad --format": (["export", "--format", "xlsx"], {}, 2, "--format"),
     "unparsable --to": (["load", "--to", "not a url"], {}, 2, "--to: not a database URL"),
     "--to inside a file": (["load", "--to", "sqlite:///{tmp}/file/x.db"], {}, 1,

@@ -22,12 +22,12 @@ import pytest
 from click.testing import CliRunner, Result
 
 from connector.cli import main
-from connector.errors import ConfigError
 from connector.destinations.storage import check_location
-from tests.fixtures.s3 import S3Bucket
-from tests.fixtures.server import ROOT, RunningServer
+from connector.errors import ConfigError
 from tests.destinations.samples import kill_when
 from tests.destinations.test_cli import EXPECTED, FIELDS, SPEC
+from tests.fixtures.s3 import S3Bucket
+from tests.fixtures.server import ROOT, RunningServer
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from connector.destinations import Committed, DestinationConfig
+from connector.destinations import Committed, DestinationConfig, Target, open_destination
 from connector.destinations.evolve import AddColumn
 from connector.destinations.formats import ROW_GROUP_ROWS
 from connector.errors import DestinationError
@@ -248,3 +248,19 @@ def test_an_unwritable_destination_is_a_clear_error(tmp_path: Path) -> None:
     blocker.write_text("a file where the export directory should be")
     with pytest.raises(DestinationError, match="not-a-directory"):
         apply(parquet(blocker), batches(ROWS))
+
+
+def test_a_file_that_is_not_parquet_is_a_clear_error_and_stays(tmp_path: Path) -> None:
+    junk = tmp_path / "orders.parquet"
+    junk.write_bytes(b"not a parquet file")
+    destination = open_destination(parquet(tmp_path))
+    try:
+        with pytest.raises(DestinationError, match=r"^reading .*orders\.parquet failed: "):
+            destination.stored(Target(TABLE, "orders"))
+        with pytest.raises(DestinationError, match=r"^reading .*orders\.parquet failed: "):
+            list(destination.scan(Target(TABLE, "orders"), ["_id"]))
+    finally:
+        destination.close()
+    with pytest.raises(DestinationError, match=r"orders\.parquet failed: "):
+        apply(parquet(tmp_path, "merge"), batches(ROWS))
+    assert junk.read_bytes() == b"not a parquet file"
