@@ -19,7 +19,7 @@ from deltalake import DeltaTable
 
 from connector.errors import ConfigError
 from connector.jobs.config import load_job
-from tests.jobs.conftest import MakeWorkspace, Workspace, sql_rows
+from tests.jobs.conftest import MakeWorkspace, Workspace, person, sql_rows
 
 DESTINATIONS = (
     '[[destination]]\nurl = "sqlite:///wh.db"\n'
@@ -52,17 +52,17 @@ def scores_held(ws: Workspace, tmp_path: Path) -> dict[str, dict[str, float]]:
 
 
 def update_late(ws: Workspace, count: int) -> dict[str, float]:
-    """`count` updates stamped now but visible only `LATE_MS` later; then one visible update
-    stamped after them, which moves the next run's cursor past their stamps."""
+    """`count` updates through the API, stamped now but visible only `LATE_MS` later; then a
+    row written by another writer (the server's storage, at once), stamped after them, which
+    moves the next run's cursor past their stamps while they are not visible yet."""
     rows = ws.api("GET", f"/tables/{ws.people}/rows", params={"limit": 1000})["rows"]
     by_name = {r["fields"]["Name"]: r["id"] for r in rows}
     ws.server.set_faults(late_visibility_ms=LATE_MS)
     late = {f"P{i:03d}": 1000.0 + i for i in range(count)}
     for name, score in late.items():
         ws.api("PATCH", f"/tables/{ws.people}/rows/{by_name[name]}", json={"fields": {"Score": score}})
-    ws.server.set_faults(late_visibility_ms=0)
     time.sleep(0.01)
-    ws.api("PATCH", f"/tables/{ws.people}/rows/{by_name['P009']}", json={"fields": {"Score": -9.0}})
+    ws.server.insert_rows(ws.people, [person(99)])
     return late
 
 

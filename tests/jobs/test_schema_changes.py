@@ -18,6 +18,7 @@ from typing import Any
 
 import duckdb
 import psycopg
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
@@ -93,10 +94,10 @@ def column_types(tmp_path: Path, postgres_db: str, column: str) -> dict[str, str
             "AND column_name = %s", (column,)
         ).fetchone()
     with duckdb.connect(str(tmp_path / "wh.duckdb"), read_only=True) as con:
-        duck_type = dict(con.execute('DESCRIBE "People"').fetchall())[column]
+        duck_type = {r[0]: r[1] for r in con.execute('DESCRIBE "People"').fetchall()}[column]
     parquet = pq.read_schema(tmp_path / "pq" / "People.parquet").field(column).type
-    delta = DeltaTable(str(tmp_path / "lake" / "People")).schema().to_arrow()
-    delta_type = next(f.type for f in delta if f.name == column)
+    delta = pa.schema(DeltaTable(str(tmp_path / "lake" / "People")).schema().to_arrow())
+    delta_type = delta.field(column).type
     return {"sqlite": sqlite_type, "postgresql": pg_type[0] if pg_type else "",
             "duckdb": duck_type, "parquet": str(parquet), "delta": str(delta_type)}
 

@@ -1,0 +1,147 @@
+"""A nightly job meets its lake: parallel Delta syncs to object storage never hang, a signal
+ends a run mid-write within seconds, and a store that stops answering fails the run within
+the destination's time limit, naming it.
+
+Against the reference server and a real S3 endpoint (moto, a process of its own); whole
+`connector sync` processes, each bounded by a timeout, so a hang fails the test instead of
+stalling the suite.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from tests.fixtures.s3 import S3Bucket
+from tests.fixtures.server import ROOT
+from tests.jobs.conftest import MakeWorkspace, Workspace, person
+from tests.jobs.test_lake_jobs import reader_options
+
+#: Four tables written in parallel, as in the report (two table threads inside
+#: write_deltalake, one inside DeltaTable.is_deltatable).
+EXTRA = [{"name": f"Extra{i}", "columns": [{"name": "Text", "type": "text"}]} for i in range(2)]
+
+
+def sync(ws: Workspace, job: Path, env: dict[str, str], *, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "connector", "sync", str(job)], cwd=ROOT,
+        env={**os.environ, **ws.environ, **env}, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+@pytest.fixture
+def four_tables(make_workspace: MakeWorkspace) -> Workspace:
+    ws = make_workspace(people=300)
+    for spec in EXTRA:
+        table = ws.server.create_table(spec)
+        ws.server.insert_rows(table, [{"Text": f"t{i}"} for i in range(200)])
+    return ws
+
+
+def test_parallel_delta_syncs_to_s3_finish_every_time(four_tables: Workspace, s3: S3Bucket) -> None:
+    """Before the fix, 3 of 23 such runs hung for good (deltalake's runtime threads waited for
+    the GIL inside the Python generator feeding the write, while a thread asking
+    is_deltatable held the GIL and waited for that runtime)."""
+    ws = four_tables
+    job = ws.job(
+        "[sync]\nincremental = true\nlookback = 0\n"
+        f'[[destination]]\ndelta = "{s3.url("lake")}"\n', concurrency=8,
+    )
+    for run in range(8):
+        done = sync(ws, job, s3.server.env(), timeout=120)
+        assert done.returncode == 0, (run, done.stderr[-2000:])
+        ws.server.insert_rows(ws.people, [person(1000 + run)])
+    held = DeltaTable(s3.url("lake/People"), storage_options=reader_options(s3)).to_pyarrow_table()
+    assert held.num_rows == 300 + 8 - 1  # the last run's insert is not synced yet
+
+
+def test_sigterm_while_a_delta_write_is_in_progress_ends_the_run_within_seconds(
+    make_workspace: MakeWorkspace, s3: S3Bucket, tmp_path: Path
+) -> None:
+    ws = make_workspace(people=20_000)
+    job = ws.job(f'[[destination]]\ndelta = "{s3.url("lake")}"\n', concurrency=8)
+    first = sync(ws, job, s3.server.env(), timeout=180)
+    assert first.returncode == 0, first.stderr[-2000:]
+    options = reader_options(s3)
+    version = DeltaTable(s3.url("lake/People"), storage_options=options).version()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+
+    run = subprocess.Popen(
+        [sys.executable, "-m", "connector", "sync", str(job)], cwd=ROOT,
+        env={**os.environ, **ws.environ, **s3.server.env(), "TMPDIR": str(scratch)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not list(scratch.glob("connector-delta-*/*.arrow")):  # People's rows spooling
+        assert run.poll() is None, run.communicate()
+        assert time.monotonic() < deadline, "the Delta write never started"
+        time.sleep(0.01)
+    run.send_signal(signal.SIGTERM)
+    stopped = time.monotonic()
+    out, err = run.communicate(timeout=30)
+
+    assert run.returncode == 143, err
+    assert time.monotonic() - stopped < 10
+    assert "interrupted by SIGTERM" in err and "Traceback" not in err
+    assert DeltaTable(s3.url("lake/People"), storage_options=options).version() == version
+    rerun = sync(ws, job, s3.server.env(), timeout=180)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+
+
+@contextlib.contextmanager
+def silent_endpoint() -> Iterator[str]:
+    """An HTTP endpoint that accepts connections, reads, and never answers."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            held.append(conn)
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for conn in held:
+            conn.close()
+        listener.close()
+
+
+@pytest.mark.parametrize("kind", ["parquet", "delta"])
+def test_a_store_that_stops_answering_fails_the_run_within_its_timeout(
+    workspace: Workspace, s3: S3Bucket, kind: str
+) -> None:
+    job = workspace.job(f'[[destination]]\n{kind} = "s3://quiet-bucket/out"\ntimeout = 2\n')
+    with silent_endpoint() as endpoint:
+        env = {**s3.server.env(), "AWS_ENDPOINT_URL": endpoint}
+        began = time.monotonic()
+        done = sync(workspace, job, env, timeout=120)
+        took = time.monotonic() - began
+
+    assert done.returncode == 1, done.stderr
+    assert "s3://quiet-bucket" in done.stdout  # the summary line names the store
+    assert "Traceback" not in done.stdout + done.stderr
+    assert took < 60, f"took {took:.0f} s with a 2 s time limit"
