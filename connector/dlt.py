@@ -101,10 +101,12 @@ def tabledata(
                     SkippedTableWarning,
                     stacklevel=2,
                 )
+    taken: set[str] = set()
     for table in schemas:
-        name = table.name
-        if sum(t.name.casefold() == name.casefold() for t in schemas) > 1:
-            name = f"{name}-{table.id}"  # as an export names files of tables sharing a name
+        # As an export names files: a later table whose name an earlier one has, in any
+        # case, gets its id too (dlt would otherwise load both into one destination table).
+        name = table.name if table.name.casefold() not in taken else f"{table.name}-{table.id}"
+        taken.add(table.name.casefold())
         yield _resource(_TableReader(where, table, page_size, deletes), name, lookback)
 
 
@@ -122,8 +124,8 @@ class _Where:
         return Client(
             self.base_url,
             self.api_key,
-            key_source=None if self.api_key is None else "dlt secret sources.tabledata.api_key",
-            url_source=None if self.base_url is None else "dlt config sources.tabledata.base_url",
+            key_source=None if self.api_key is None else "tabledata's api_key (or dlt secrets)",
+            url_source=None if self.base_url is None else "tabledata's base_url (or dlt config)",
         )
 
 

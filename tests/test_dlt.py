@@ -289,3 +289,18 @@ def test_a_table_the_key_may_not_read_is_left_out_with_a_warning(
     assert list(source.resources) == ["Deals"]
     workspace.pipeline().run(source)
     workspace.assert_deals_match()
+
+
+def test_tables_whose_names_differ_only_in_case_load_into_distinct_tables(
+    workspace: Workspace,
+) -> None:
+    lower = workspace.server.create_table({**NOTES, "name": "notes"})
+    workspace.server.insert_rows(lower, [{"Text": "lower"}])
+
+    workspace.run(tables=["Notes", lower])
+
+    assert {n["text"] for n in workspace.destination_rows("notes").values()} == {
+        "note 0", "note 1", "note 2"
+    }
+    later = f"notes_{lower}"  # `notes-<id>`, as dlt's naming spells it
+    assert [n["text"] for n in workspace.destination_rows(later).values()] == ["lower"]
