@@ -97,11 +97,11 @@ def _age(db: Path) -> int:
     re-reads only the lookback window behind the cursor. Returns how many rows that is."""
     newest = datetime.now(UTC) - timedelta(days=1)
     with sqlite3.connect(db) as con:
-        ids = [r[0] for r in con.execute("SELECT id FROM rows ORDER BY created_at, id")]
+        ids = [r[0] for r in con.execute("SELECT rowid FROM rows ORDER BY created_at, id")]
         stamps = [_iso(newest - timedelta(seconds=len(ids) - 1 - i)) for i in range(len(ids))]
-        con.executemany(
-            "UPDATE rows SET created_at = ?, updated_at = ? WHERE id = ?",
-            [(stamp, stamp, row_id) for row_id, stamp in zip(ids, stamps, strict=True)],
+        con.executemany(  # by rowid: `id` alone is no index's prefix (it follows table_id)
+            "UPDATE rows SET created_at = ?, updated_at = ? WHERE rowid = ?",
+            [(stamp, stamp, rowid) for rowid, stamp in zip(ids, stamps, strict=True)],
         )
     return min(len(ids), int(DEFAULT_LOOKBACK))  # those strictly newer than newest - lookback
 
