@@ -23,7 +23,7 @@ import pytest
 from singer_sdk.testing import get_tap_test_class
 
 from connector.jobs.config import DEFAULT_LOOKBACK
-from connector.singer import TapTableData
+from connector.singer.tap import TapTableData
 from tests.fixtures.server import RunningServer
 
 TAP = str(Path(sys.executable).with_name("tap-tabledata"))
@@ -258,3 +258,17 @@ def test_the_key_is_never_printed(tap: Tap) -> None:
     sync = tap.run()
     for output in (done.stdout, done.stderr, sync.stdout, sync.stderr):
         assert tap.server.api_key not in output
+
+
+def test_without_the_extra_the_command_names_it_on_one_line() -> None:
+    """singer-sdk hidden from the import system, as on an install without the extra."""
+    code = (
+        "import sys; sys.modules['singer_sdk'] = None; "
+        "from connector.singer import main; main(['--help'])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "tap-tabledata: error: tap-tabledata (the Singer tap) needs an optional dependency: "
+        "pip install 'table-data-connector[singer]'"
+    )

@@ -1,10 +1,4 @@
-"""`tap-tabledata`: a Singer tap on singer-sdk, reading through our engine.
-
-    tap-tabledata --config config.json --discover > catalog.json
-    tap-tabledata --config config.json --catalog catalog.json --state state.json | target-...
-
-(`pip install 'table-data-connector[singer]'`; without it, the command and this module stop
-with `MissingExtra` naming the extra.)
+"""The tap itself: `TapTableData` and its streams (the command is `connector.singer.main`).
 
 Config: ``base_url`` and ``api_key`` (else ``CONNECTOR_BASE_URL`` / ``CONNECTOR_API_KEY``;
 singer-sdk's ``--config ENV`` reads ``TAP_TABLEDATA_API_KEY`` and the like), optional
@@ -26,7 +20,6 @@ portable delete message (the dlt source, `connector.dlt`, removes deleted rows).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -34,11 +27,12 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Client
-from connector.errors import ConnectorError, PermissionDenied
+from connector.errors import PermissionDenied
 from connector.extract import Extraction
 from connector.extras import require
 from connector.jobs.config import DEFAULT_LOOKBACK
 from connector.schema import Table, arrow_schema
+from connector.singer import NAME
 from connector.tables import resolve_tables
 
 if TYPE_CHECKING:
@@ -48,9 +42,7 @@ else:
     singer_sdk = require("singer_sdk", "tap-tabledata (the Singer tap)")
     th = require("singer_sdk.typing", "tap-tabledata (the Singer tap)")
 
-__all__ = ["TableStream", "TapTableData", "main"]
-
-NAME = "tap-tabledata"
+__all__ = ["TableStream", "TapTableData"]
 
 
 class TableStream(singer_sdk.Stream):
@@ -181,18 +173,3 @@ def _stamp(value: datetime) -> str:
     """The API's timestamp shape (UTC, microseconds, ``Z``), compared as a string."""
     stamp = value if value.tzinfo else value.replace(tzinfo=UTC)
     return stamp.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """The ``tap-tabledata`` command: singer-sdk's CLI; our errors print as one line (with
-    ``--debug``: the traceback) and exit with their `ExitCode`."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in args
-    args = [a for a in args if a != "--debug"]
-    try:
-        TapTableData.cli.main(args=args, prog_name=NAME)
-    except ConnectorError as exc:
-        if debug:
-            raise
-        print(f"{NAME}: error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
