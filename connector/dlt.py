@@ -32,9 +32,9 @@ it lacks is yielded as a tombstone (``_deleted`` true: dlt's ``hard_delete`` hin
 row at the destination). A row read in this run and deleted before its id pass stays one run
 longer (the next run's pass removes it).
 
-The cost: the state holds every id (about 30 bytes a row as dlt stores it, in the
-destination's ``_dlt_pipeline_state`` on every load that changes it) and a run holds them in
-memory; a quiet run makes four small requests per table (S, the change read, N, R); a run
+The cost: the state holds every id (the reference server's: 28 bytes a row in the
+pipeline's local state, 10 compressed in the destination's ``_dlt_pipeline_state``, written
+again by every load that changes it) and a run holds them in memory; a quiet run makes four small requests per table (S, the change read, N, R); a run
 with deletions adds ``rows / 1000`` id pages. ``deletes=False`` keeps none of that, and
 rows deleted upstream stay at the destination.
 
