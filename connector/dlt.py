@@ -34,9 +34,10 @@ longer (the next run's pass removes it).
 
 The cost: the state holds every id (the reference server's: 28 bytes a row in the
 pipeline's local state, 10 compressed in the destination's ``_dlt_pipeline_state``, written
-again by every load that changes it) and a run holds them in memory; a quiet run makes four small requests per table (S, the change read, N, R); a run
-with deletions adds ``rows / 1000`` id pages. ``deletes=False`` keeps none of that, and
-rows deleted upstream stay at the destination.
+again by every load that changes it) and a run holds them in memory; a quiet run makes four
+small requests per table (S, the change read, N, R); a run with deletions adds
+``rows / 1000`` id pages. ``deletes=False`` keeps none of that, and rows deleted upstream
+stay at the destination.
 
 **The key** comes from the `api_key` argument, dlt's secrets (``[sources.tabledata]
 api_key``, or ``SOURCES__TABLEDATA__API_KEY``), or ``CONNECTOR_API_KEY``; the base URL from
