@@ -8,13 +8,17 @@ destination is read back with DuckDB itself and compared with the rows the serve
 from __future__ import annotations
 
 import datetime as dt
+import json
 import sqlite3
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import dlt
 import duckdb
+import httpx
 import pytest
 
 from connector.dlt import tabledata
@@ -304,3 +308,84 @@ def test_tables_whose_names_differ_only_in_case_load_into_distinct_tables(
     }
     later = f"notes_{lower}"  # `notes-<id>`, as dlt's naming spells it
     assert [n["text"] for n in workspace.destination_rows(later).values()] == ["lower"]
+
+
+class CountingProxy:
+    """A plain HTTP proxy on 127.0.0.1 in front of the server, noting each request's path
+    and query: what a run costs, seen from outside the code under test."""
+
+    def __init__(self, upstream: str) -> None:
+        self.seen: list[tuple[str, dict[str, str]]] = []
+        forward = httpx.Client(base_url=upstream.removesuffix("/v1"), timeout=30.0)
+        seen = self.seen
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                url = httpx.URL(self.path)
+                seen.append((url.path, dict(url.params)))
+                headers = {"Authorization": self.headers.get("Authorization", "")}
+                answer = forward.get(self.path, headers=headers)
+                self.send_response(answer.status_code)
+                for name in ("Content-Type", "Retry-After"):
+                    if name in answer.headers:
+                        self.send_header(name, answer.headers[name])
+                self.send_header("Content-Length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        self._forward = forward
+        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._forward.close()
+
+
+@pytest.fixture
+def proxy(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> Iterator[CountingProxy]:
+    running = CountingProxy(workspace.server.base_url)
+    monkeypatch.setenv("CONNECTOR_BASE_URL", running.base_url)
+    yield running
+    running.close()
+
+
+def test_a_quiet_run_makes_the_documented_requests_and_a_deletion_adds_the_id_pass(
+    workspace: Workspace, proxy: CountingProxy
+) -> None:
+    """connector/dlt.py's docstring: S, the change read, the count N and R per table; the id
+    pass (pages of 1000) only when the count check fails."""
+    workspace.run(tables=["Deals"], lookback=0)
+    rows = f"/v1/tables/{workspace.deals}/rows"
+    proxy.seen.clear()
+
+    workspace.run(tables=["Deals"], lookback=0)
+
+    quiet = [(path, {k: v for k, v in params.items() if k != "filter"}) for path, params in proxy.seen]
+    assert quiet == [
+        ("/v1/tables", {}),
+        (f"/v1/tables/{workspace.deals}", {}),
+        (rows, {"limit": "1", "offset": "0", "sort": "updated_at", "order": "desc"}),
+        (rows, {"limit": "100", "offset": "0", "sort": "created_at", "order": "asc"}),
+        (rows, {"limit": "1", "offset": "0"}),
+        (rows, {"limit": "100", "offset": "0", "sort": "created_at", "order": "asc"}),
+    ]
+    assert all("filter" in params for path, params in proxy.seen[3:4] + proxy.seen[5:6])
+
+    with workspace.server.client() as http:
+        gone = sorted(workspace.server_rows(workspace.deals))[5]
+        assert http.delete(f"/tables/{workspace.deals}/rows/{gone}").status_code == 204
+    proxy.seen.clear()
+
+    workspace.run(tables=["Deals"], lookback=0)
+
+    id_pass = [params for path, params in proxy.seen if params.get("limit") == "1000"]
+    assert [json.loads(p.get("filter", "null")) for p in id_pass] == [None]
+    assert gone not in workspace.destination_rows("deals")
+    workspace.assert_deals_match()
