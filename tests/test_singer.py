@@ -272,3 +272,22 @@ def test_without_the_extra_the_command_names_it_on_one_line() -> None:
         "tap-tabledata: error: tap-tabledata (the Singer tap) needs an optional dependency: "
         "pip install 'table-data-connector[singer]'"
     )
+
+
+def test_a_catalog_asking_for_full_table_reads_every_row_despite_the_bookmark(tap: Tap) -> None:
+    then = tap.age_every_row(hours=2)
+    newest = sorted(tap.server_rows())[-1]
+    tap.backdate(newest, then + dt.timedelta(hours=1))  # incremental would read it alone
+    _, state = tap.sync()
+    assert [r["_id"] for r in tap.sync(state)[0]] == [newest]
+    catalog = json.loads(tap.run("--discover").stdout)
+    (stream,) = catalog["streams"]
+    stream["replication_method"] = "FULL_TABLE"
+    (tap.directory / "catalog.json").write_text(json.dumps(catalog))
+    (tap.directory / "state.json").write_text(json.dumps(state))
+
+    done = tap.run("--catalog", str(tap.directory / "catalog.json"),
+                   "--state", str(tap.directory / "state.json"))  # fmt: skip
+
+    messages = [json.loads(line) for line in done.stdout.splitlines()]
+    assert_records_match([m["record"] for m in messages if m["type"] == "RECORD"], tap.server_rows())
