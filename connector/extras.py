@@ -22,6 +22,8 @@ EXTRAS: dict[str, str] = {
     "duckdb": "duckdb",
     "deltalake": "delta",
     "dagster": "dagster",
+    "dlt": "dlt",
+    "singer_sdk": "singer",
 }
 
 

@@ -16,8 +16,10 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def iso(value: datetime) -> str:
-    """The API's timestamp shape (microseconds, ``Z``), comparable as a string."""
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """The API's timestamp shape (microseconds, ``Z``), comparable as a string; a time
+    without a zone is taken as UTC."""
+    stamp = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return stamp.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse(stamp: str) -> datetime:

@@ -40,8 +40,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from connector.errors import ConfigError, SourceError
 from connector.destinations.formats import undo_excel_safe
+from connector.errors import ConfigError, SourceError
 from connector.modes import MERGED_CELLS, MergedCells
 
 __all__ = ["Source", "SourceError", "read_source"]
