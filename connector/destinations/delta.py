@@ -191,13 +191,16 @@ class DeltaDestination:
         upsert, delete = f"{s}.{_OP} = 'upsert'", f"{s}.{_OP} = 'delete'"
         rows = Counted(change.rows)
         batches = _with_ops(rows, gone, schema, source, target.id_name, change.mark)
+        # every column named, quoted by `_q`: deltalake's *_all forms quote names without
+        # escaping, so a column with a backtick in its name failed ("No field named ...")
+        every = {_q(f.name): f"{s}.{_q(f.name)}" for f in schema}
         with self._spool(batches, source) as (reader, _):
             merger = table.merge(
                 reader, key, source_alias=s, target_alias=t, merge_schema=add,
                 streamed_exec=True,
             )
             if merging:
-                merger = merger.when_matched_update_all(upsert, except_cols=[_OP])
+                merger = merger.when_matched_update(every, upsert)
                 if change.mark:
                     stamped = f"{delete} AND {t}.{_q(DELETED_AT)} IS NULL"
                     merger = merger.when_matched_update(
@@ -205,7 +208,7 @@ class DeltaDestination:
                     )
                 else:
                     merger = merger.when_matched_delete(delete)
-            metrics = merger.when_not_matched_insert_all(upsert, except_cols=[_OP]).execute()
+            metrics = merger.when_not_matched_insert(every, upsert).execute()
         inserted = int(metrics.get("num_target_rows_inserted", 0))
         if not merging:
             return Committed(written=inserted)

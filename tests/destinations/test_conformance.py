@@ -28,7 +28,7 @@ from connector.destinations.evolve import (
 )
 from connector.ids import IdSet
 from connector.schema import Column, Table, arrow_schema
-from tests.destinations.helpers import Place, to_batches
+from tests.destinations.helpers import Place, arrow_kind, to_batches
 from tests.destinations.samples import OPTIONS, ROWS, T0, TABLE, numbered
 
 PLACES = ["parquet", "sqlite", "postgresql", "duckdb", "delta", "parquet-s3", "delta-s3"]
@@ -279,7 +279,7 @@ def test_stored_is_none_without_a_table_and_the_held_columns_with_one(place: Pla
     place.apply(numbered(1), mode="merge", mark=True)
     schema = stored(place)
     assert schema is not None
-    assert schema.names == list(place.types())
+    assert {f.name: arrow_kind(f.type) for f in schema} == place.types()
     assert schema.names == [*arrow_schema(TABLE).names, DELETED_AT]
     other = Table("tbl_other", "other", (Column("x", "text"),))
     assert stored(place, other) is None
@@ -521,3 +521,33 @@ def test_a_failing_row_stream_leaves_the_table_as_it_was(place: Place, how: str)
     assert place.tables() == tables
     if version is not None:
         assert place.delta_version() == version
+
+
+# --- names --------------------------------------------------------------------------------
+
+HOSTILE = Table("tbl_h", 'x"; drop table y; -- ü', (
+    Column("select", "text", id="c1"),
+    Column('we"ird `col`', "number", id="c2"),
+    Column("Order Date", "date", id="c3"),
+    Column("from", "choice", id="c4", options=("a", "b")),
+))
+
+
+def test_hostile_table_and_column_names(place: Place) -> None:
+    row = {"_id": "r'1", "_created_at": T0, "_updated_at": T0, "select": "s",
+           'we"ird `col`': 1.5, "Order Date": date(2024, 1, 2), "from": "b"}
+    other = {**row, "_id": 'r"2', "select": "other"}
+    place.apply([row, other], table=HOSTILE, mode="merge", mark=True)
+    changed = {**row, "select": "changed", 'we"ird `col`': None}
+    done = place.apply([changed], table=HOSTILE, mode="merge", mark=True, deleted=['r"2'])
+    assert (done.written, done.deleted) == (1, 1)
+    renamed_ = Table(HOSTILE.id, HOSTILE.name, (
+        Column("select", "text", id="c1"), Column("x`y\"z", "number", id="c2"),
+        *HOSTILE.columns[2:]))
+    place.apply([], table=renamed_, mode="merge", mark=True,
+                evolve=(RenameColumn('we"ird `col`', "x`y\"z"),))
+    held = place.held(HOSTILE.name)
+    assert held is not None
+    assert {i: (r["select"], r["x`y\"z"], r[DELETED_AT] is None) for i, r in held.items()} == {
+        "r'1": ("changed", None, True), 'r"2': ("other", 1.5, False)}
+    assert scan(place, ["_id", "x`y\"z"], renamed_).to_pylist() == [{"_id": "r'1", "x`y\"z": None}]
