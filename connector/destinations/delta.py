@@ -72,7 +72,9 @@ def storage_options(uri: str, timeout: float) -> dict[str, str] | None:
     endpoint is http://."""
     if not is_remote(uri):
         return None
-    options = {"timeout": f"{max(1, round(timeout))}s"}
+    seconds = max(1, round(timeout))
+    # each request bounded, and its retries too (object_store's default: 10 over 3 minutes)
+    options = {"timeout": f"{seconds}s", "max_retries": "2", "retry_timeout": f"{3 * seconds}s"}
     if uri.startswith("s3://"):
         options["conditional_put"] = "etag"
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL", "")

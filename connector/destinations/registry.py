@@ -48,7 +48,8 @@ DeletePolicy = Literal["delete", "mark", "keep"]
 DELETE_POLICIES: tuple[DeletePolicy, ...] = ("delete", "mark", "keep")
 
 #: Seconds one request to a destination may take (connect, read, a storage request):
-#: past it the destination counts as not answering and the table fails, naming it.
+#: past it the destination counts as not answering and the table fails, naming it (after a
+#: few tries: within about 6 times this). ``timeout`` in ``[[destination]]``.
 DEFAULT_TIMEOUT = 60.0
 
 @dataclass(frozen=True)
