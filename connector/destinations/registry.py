@@ -140,7 +140,12 @@ class DestinationConfig:
 
     @property
     def capabilities(self) -> Capabilities:
-        return kind(self.kind).capabilities
+        """The kind's, refined by what the location says: a SQL server database (PostgreSQL)
+        takes several tables' writes at once, an embedded one (SQLite) one at a time."""
+        own = kind(self.kind).capabilities
+        if self.kind == "sql" and self.target.partition(":")[0].partition("+")[0] == "postgresql":
+            return Capabilities(parallel_writes=True, modes=own.modes, marks=own.marks)
+        return own
 
     def describe(self) -> str:
         """The destination as summaries show it (a database URL without its password)."""
