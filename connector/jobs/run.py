@@ -125,7 +125,10 @@ class _Runner:
         if stateful:
             from connector.jobs.lock import job_lock
 
-            lock: Any = job_lock(job.lock_path, wait=wait, job=job.name)
+            def waiting(holder: str) -> None:
+                self.emit("waiting", job=job.name, seconds=wait, holder=holder.strip())
+
+            lock: Any = job_lock(job.lock_path, wait=wait, job=job.name, on_wait=waiting)
         else:
             lock = nullcontext()
         error: str | None = None
