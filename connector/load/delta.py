@@ -51,12 +51,45 @@ _FEATURE = "Delta Lake destinations"
 
 def storage_options(uri: str) -> dict[str, str] | None:
     """What deltalake needs beyond the provider's chain (which it reads itself): on S3,
-    commits by conditional put, and plain HTTP allowed when the endpoint is http://."""
-    if not uri.startswith("s3://"):
+    commits by conditional put, and plain HTTP allowed when the endpoint is http://; on
+    Azure, what ``AZURE_STORAGE_CONNECTION_STRING`` holds, which adlfs reads and deltalake
+    does not (it reads ``AZURE_STORAGE_ACCOUNT_NAME`` / ``_KEY`` itself)."""
+    scheme = uri.partition("://")[0].lower()
+    if scheme in ("az", "abfs", "abfss"):
+        return _azure_options(os.environ.get("AZURE_STORAGE_CONNECTION_STRING", "")) or None
+    if scheme != "s3":
         return None
     options = {"conditional_put": "etag"}
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL", "")
     if endpoint.startswith("http://"):
+        options["allow_http"] = "true"
+    return options
+
+
+#: Connection string settings -> deltalake's (object_store's) Azure options.
+_AZURE_SETTINGS = {
+    "accountname": "account_name",
+    "accountkey": "access_key",
+    "sharedaccesssignature": "sas_key",
+    "blobendpoint": "endpoint",
+}
+
+
+def _azure_options(connection_string: str) -> dict[str, str]:
+    """An Azure connection string (``Name=value;...``, names in any case) as deltalake's
+    options; the endpoint of the development storage or of a BlobEndpoint included."""
+    settings = {}
+    for part in connection_string.split(";"):
+        name, _, value = part.partition("=")
+        settings[name.strip().lower()] = value.strip()
+    options = {_AZURE_SETTINGS[k]: v for k, v in settings.items() if k in _AZURE_SETTINGS and v}
+    if settings.get("usedevelopmentstorage", "").lower() == "true":
+        options["use_emulator"] = "true"
+    suffix, account = settings.get("endpointsuffix"), settings.get("accountname")
+    if "endpoint" not in options and suffix and account:
+        protocol = settings.get("defaultendpointsprotocol") or "https"
+        options["endpoint"] = f"{protocol}://{account}.blob.{suffix}"
+    if options.get("endpoint", "").startswith("http://"):
         options["allow_http"] = "true"
     return options
 
