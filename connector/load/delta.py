@@ -22,6 +22,7 @@ import os
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -89,7 +90,13 @@ def _azure_options(connection_string: str) -> dict[str, str]:
     if "endpoint" not in options and suffix and account:
         protocol = settings.get("defaultendpointsprotocol") or "https"
         options["endpoint"] = f"{protocol}://{account}.blob.{suffix}"
-    if options.get("endpoint", "").startswith("http://"):
+    endpoint = options.get("endpoint", "")
+    if endpoint and "account_name" not in options:  # a SAS string names only the endpoint
+        parts = urlsplit(endpoint)
+        host = parts.hostname or ""
+        path = parts.path.strip("/").split("/")[0]  # an emulator's: http://host:port/account
+        options["account_name"] = host.split(".")[0] if ".blob." in host else path
+    if endpoint.startswith("http://"):
         options["allow_http"] = "true"
     return options
 
