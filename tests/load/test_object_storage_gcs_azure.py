@@ -13,7 +13,7 @@ import io
 import os
 import subprocess
 import sys
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from click.testing import CliRunner, Result
 from deltalake import DeltaTable
 
 from connector.cli import main
-from tests.fixtures.azurite import ACCOUNT_KEY, AzureContainer
+from tests.fixtures.azurite import ACCOUNT, ACCOUNT_KEY, AzureContainer
 from tests.fixtures.gcs import GCSBucket, create_bucket, start_gcs_server
 from tests.fixtures.server import ROOT, RunningServer
 from tests.load.samples import kill_when
@@ -306,3 +306,63 @@ def test_a_delta_export_killed_before_its_commit_leaves_the_previous_version(
         monkeypatch.setenv(name, value)
     assert run(server, "export", "--format", "delta", "--out", out).exit_code == 0  # a rerun
     assert DeltaTable(uri, storage_options=azure.delta_options()).to_pyarrow_table().num_rows == 3001
+
+
+def test_a_sas_connection_string_reaches_parquet_and_delta_and_is_never_shown(
+    orders: tuple[RunningServer, str], azure: AzureContainer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Azure's other standard credential: a shared access signature in the connection
+    string, no account key anywhere (adlfs takes it; deltalake gets it as its sas_key)."""
+    from azure.storage.blob import AccountSasPermissions, ResourceTypes, generate_account_sas
+
+    sas = generate_account_sas(
+        ACCOUNT, ACCOUNT_KEY, ResourceTypes(service=True, container=True, object=True),
+        AccountSasPermissions(read=True, write=True, delete=True, list=True, add=True,
+                              create=True, update=True),
+        expiry=datetime.now(UTC) + timedelta(hours=1),
+    )
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING",
+                       f"BlobEndpoint={azure.endpoint}/{ACCOUNT};SharedAccessSignature={sas}")
+    server, table_id = orders
+    for args in (["--out", azure.url("pq")], ["--format", "delta", "--out", azure.url("lake")]):
+        result = run(server, "export", *args)
+        assert result.exit_code == 0, result.output
+        assert sas not in result.output and sas.split("sig=")[1] not in result.output
+    expected = on_server(server, table_id)
+    assert held(parquet_object(azure, "pq/orders.parquet")) == expected
+    delta = DeltaTable(azure.url("lake/orders"), storage_options=azure.delta_options())
+    assert held(delta.to_pyarrow_table()) == expected
+
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING",
+                       f"BlobEndpoint={azure.endpoint}/{ACCOUNT};SharedAccessSignature=sv=2024-01-01&sig=bad")
+    refused = run(server, "export", "--format", "delta", "--out", azure.url("lake"))
+    assert refused.exit_code == 1 and "sig=bad" not in refused.output
+
+
+@pytest.mark.parametrize(
+    ("connection", "expected"),
+    [
+        # the portal's account-key string: the default host, nothing more to say
+        ("DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=k==;EndpointSuffix=core.windows.net",
+         {"account_name": "acct", "access_key": "k==", "endpoint": "https://acct.blob.core.windows.net"}),
+        # a sovereign cloud's suffix
+        ("AccountName=acct;AccountKey=k;EndpointSuffix=core.chinacloudapi.cn",
+         {"account_name": "acct", "access_key": "k", "endpoint": "https://acct.blob.core.chinacloudapi.cn"}),
+        # the portal's SAS string names no account: it is the endpoint's first label
+        ("BlobEndpoint=https://acct.blob.core.windows.net/;QueueEndpoint=https://acct.queue.core.windows.net/;"
+         "SharedAccessSignature=sv=2024&sig=s%3D",
+         {"account_name": "acct", "endpoint": "https://acct.blob.core.windows.net/", "sas_key": "sv=2024&sig=s%3D"}),
+        ("UseDevelopmentStorage=true", {"use_emulator": "true"}),
+        ("", None),
+    ],
+)
+def test_delta_takes_azures_connection_string_from_the_environment(
+    connection: str, expected: dict[str, str] | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cases no emulator can show (real hosts); Azurite's account key and SAS strings
+    are run above."""
+    from connector.load.delta import storage_options
+
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", connection)
+    assert storage_options("az://container/t") == expected
+    assert storage_options("gs://bucket/t") is None
