@@ -35,6 +35,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 
@@ -69,17 +70,56 @@ def open_delta(config: DestinationConfig) -> DeltaDestination:
 def storage_options(uri: str, timeout: float) -> dict[str, str] | None:
     """What deltalake needs beyond the provider's chain (which it reads itself): a time
     limit per request; on S3, commits by conditional put, and plain HTTP allowed when the
-    endpoint is http://."""
+    endpoint is http://; on Azure, what ``AZURE_STORAGE_CONNECTION_STRING`` holds, which
+    adlfs reads and deltalake does not (it reads ``AZURE_STORAGE_ACCOUNT_NAME`` / ``_KEY``
+    itself)."""
     if not is_remote(uri):
         return None
     seconds = max(1, round(timeout))
     # each request bounded, and its retries too (object_store's default: 10 over 3 minutes)
     options = {"timeout": f"{seconds}s", "max_retries": "2", "retry_timeout": f"{3 * seconds}s"}
-    if uri.startswith("s3://"):
+    scheme = uri.partition("://")[0].lower()
+    if scheme in ("az", "abfs", "abfss"):
+        options |= _azure_options(os.environ.get("AZURE_STORAGE_CONNECTION_STRING", ""))
+    elif scheme == "s3":
         options["conditional_put"] = "etag"
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL", "")
         if endpoint.startswith("http://"):
             options["allow_http"] = "true"
+    return options
+
+
+#: Connection string settings -> deltalake's (object_store's) Azure options.
+_AZURE_SETTINGS = {
+    "accountname": "account_name",
+    "accountkey": "access_key",
+    "sharedaccesssignature": "sas_key",
+    "blobendpoint": "endpoint",
+}
+
+
+def _azure_options(connection_string: str) -> dict[str, str]:
+    """An Azure connection string (``Name=value;...``, names in any case) as deltalake's
+    options; the endpoint of the development storage or of a BlobEndpoint included."""
+    settings = {}
+    for part in connection_string.split(";"):
+        name, _, value = part.partition("=")
+        settings[name.strip().lower()] = value.strip()
+    options = {_AZURE_SETTINGS[k]: v for k, v in settings.items() if k in _AZURE_SETTINGS and v}
+    if settings.get("usedevelopmentstorage", "").lower() == "true":
+        options["use_emulator"] = "true"
+    suffix, account = settings.get("endpointsuffix"), settings.get("accountname")
+    if "endpoint" not in options and suffix and account:
+        protocol = settings.get("defaultendpointsprotocol") or "https"
+        options["endpoint"] = f"{protocol}://{account}.blob.{suffix}"
+    endpoint = options.get("endpoint", "")
+    if endpoint and "account_name" not in options:  # a SAS string names only the endpoint
+        parts = urlsplit(endpoint)
+        host = parts.hostname or ""
+        path = parts.path.strip("/").split("/")[0]  # an emulator's: http://host:port/account
+        options["account_name"] = host.split(".")[0] if ".blob." in host else path
+    if endpoint.startswith("http://"):
+        options["allow_http"] = "true"
     return options
 
 

@@ -212,14 +212,15 @@ class ObjectStore:
         self._fetched.add(name)
 
     def check(self) -> None:
-        """Fail now if the bucket cannot be listed (missing, or no access)."""
+        """Fail now if the bucket (Azure: container) cannot be listed (missing, or no access)."""
         bucket = self.root.partition("/")[0]
         with self.failures("reaching", f"{self.scheme}://{bucket}"):
             try:
                 self.fs.ls(bucket, detail=False)
             except FileNotFoundError:
+                what = "container" if SCHEMES[self.scheme] == "adlfs" else "bucket"
                 raise DestinationError(
-                    f"reaching {self.scheme}://{bucket} failed: no such bucket"
+                    f"reaching {self.scheme}://{bucket} failed: no such {what}"
                 ) from None
 
     def exists(self, name: str) -> bool:
