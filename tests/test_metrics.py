@@ -26,10 +26,12 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
+from connector.api.client import Client, RequestCounts
 from connector.cli import main
-from connector.errors import ExitCode
+from connector.errors import ExitCode, NotSent
 from connector.jobs.lock import job_lock
 from connector.jobs.stamps import parse
+from tests.fixtures.server import free_port
 from tests.jobs import conftest as jobs
 from tests.jobs.conftest import MakeWorkspace, Workspace
 
@@ -415,3 +417,19 @@ def test_without_the_extra_the_option_is_one_line_naming_it(
         "pip install 'table-data-connector[metrics]'\n"
     )
     assert not (workspace.directory / "job.state.json").exists()
+
+
+def test_a_client_counts_every_try_also_those_that_got_no_answer() -> None:
+    """Nothing listens: every try is an ``error``, each retry was announced, and clients
+    given one tally add to it."""
+    base_url = f"http://127.0.0.1:{free_port()}/v1"
+    shared = RequestCounts()
+    waits: list[object] = []
+    for _ in range(2):
+        with Client(base_url, "key", max_wait=0.3, on_retry=waits.append, counts=shared) as client:
+            with pytest.raises(NotSent):
+                client.list_tables()
+            assert client.counts is shared
+    assert len(waits) >= 2
+    assert shared.by_status == {RequestCounts.NO_ANSWER: len(waits) + 2}  # one first try each
+    assert (shared.retries, shared.throttled) == (len(waits), 0)
