@@ -21,7 +21,7 @@ from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
 from connector.cli import max_concurrency_option
 from connector.destinations.registry import export_formats
 from connector.driver import drive, print_json
-from connector.errors import ConfigError, ExitCode
+from connector.errors import ConfigError, ConnectorError, ExitCode
 from connector.modes import WRITE_MODES
 from connector.results import RunSummary
 
@@ -181,7 +181,6 @@ def sync(
 def _write_metrics(job: Job, summary: RunSummary, counts: RequestCounts, as_json: bool) -> None:
     """The run's metrics file; a failure to write it is one error line (a JSON ``error``
     event), and the run's exit code stands."""
-    from connector.errors import ConnectorError
     from connector.metrics import write_metrics
 
     try:
