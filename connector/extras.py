@@ -24,6 +24,7 @@ EXTRAS: dict[str, str] = {
     "dagster": "dagster",
     "dlt": "dlt",
     "singer_sdk": "singer",
+    "prometheus_client": "metrics",
 }
 
 
