@@ -204,11 +204,10 @@ def _folder(value: str, where: str, base: Path) -> str:
 
 def _catalog_uri(uri: str, where: str, base: Path, secrets_allowed: bool) -> str:
     """An Iceberg catalog: a REST catalog's ``http(s)://`` URL as it is, or a database URL
-    checked as ``url`` destinations are (pyiceberg's SQL catalog); no password in a job file.
-    Named ``<destination>.catalog`` in messages."""
+    checked as ``url`` destinations are (pyiceberg's SQL catalog); no password in a job file."""
     from urllib.parse import urlsplit
 
-    at = f"{where.rpartition('.')[0]}.catalog" if "." in where else "catalog"
+    at = f"{where}: catalog"
     if uri.partition(":")[0].lower() in ("http", "https"):
         if urlsplit(uri).password is not None:
             raise ConfigError(

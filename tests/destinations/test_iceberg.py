@@ -315,7 +315,7 @@ def test_object_storage_needs_a_shared_catalog(tmp_path: Path) -> None:
 def test_a_bad_catalog_setting_is_refused_naming_it(
     tmp_path: Path, catalog: str, message: str
 ) -> None:
-    with pytest.raises(ConfigError, match=rf"^destination\[0\]\.catalog: .*{message}") as caught:
+    with pytest.raises(ConfigError, match=rf"^destination\[0\]\.iceberg: catalog: .*{message}") as caught:
         make_config("iceberg", "lake", mode="replace", where="destination[0].iceberg",
                     base=tmp_path, catalog=catalog, secrets_allowed=False)
     assert "hunter2" not in str(caught.value)
