@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -96,10 +97,12 @@ class IcebergDestination:
         if config.catalog is None and is_remote(config.target):
             where = config.where.rpartition(".")[0] or config.where
             raise ConfigError(
-                f"{where}: an Iceberg warehouse in object storage needs a shared catalog: set "
-                "catalog = \"postgresql://user@host/db\" (or a REST catalog's https:// URL)"
+                f"{where}: an Iceberg warehouse in object storage needs a shared catalog (a job "
+                "file's catalog = \"postgresql://user@host/db\", or a REST catalog's https:// URL)"
             )
         self._catalog: Any = None
+        self._opening = threading.Lock()  # tables read on several threads share one catalog
+        self._namespace = False  # created (if it was not there) by this destination
 
     # --- the catalog ------------------------------------------------------------------------
 
@@ -109,8 +112,16 @@ class IcebergDestination:
     def _open_catalog(self, create: bool) -> Any:
         """The catalog (None when it is the folder's own and `create` is off and there is
         none yet: nothing to read then)."""
-        if self._catalog is not None:
+        with self._opening:
+            if self._catalog is None:
+                self._catalog = self._connect(create)
+            if create and not self._namespace:
+                with self._failures("opening", self._catalog_name()):
+                    self._catalog.create_namespace_if_not_exists(NAMESPACE)
+                self._namespace = True
             return self._catalog
+
+    def _connect(self, create: bool) -> Any:
         local = self._local_catalog()
         if local is not None and not create and not local.is_file():
             return None
@@ -128,10 +139,7 @@ class IcebergDestination:
             properties = {"type": "sql", "uri": uri, "warehouse": self.config.target}
             properties.update(_s3_properties(self.config.target, self.config.timeout))
         with self._failures("opening", self._catalog_name()):
-            self._catalog = load_catalog(CATALOG_NAME, **properties)
-            if create:
-                self._catalog.create_namespace_if_not_exists(NAMESPACE)
-        return self._catalog
+            return load_catalog(CATALOG_NAME, **properties)
 
     def _catalog_name(self) -> str:
         """The catalog as messages name it (a database URL without its password)."""
@@ -169,7 +177,7 @@ class IcebergDestination:
         if self._catalog is not None:
             with contextlib.suppress(Exception):
                 self._catalog.close()
-            self._catalog = None
+            self._catalog, self._namespace = None, False
 
     def locate(self, target: Target) -> str:
         where = f"{self.config.target.rstrip('/')}/{NAMESPACE}/{file_name(target.name)}"

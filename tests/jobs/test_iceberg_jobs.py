@@ -26,7 +26,7 @@ from pyiceberg.table import Table as IcebergTable
 
 from connector.errors import ExitCode
 from tests.jobs.conftest import Workspace
-from tests.jobs.test_sync import EXPECTED_AFTER_CHANGES, NAMES, change_people, result
+from tests.jobs.test_sync import EXPECTED_AFTER_CHANGES, change_people, result
 
 INCREMENTAL = "[sync]\nincremental = true\nlookback = 0\n"
 
