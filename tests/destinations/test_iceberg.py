@@ -33,6 +33,7 @@ from connector.modes import WriteMode
 from connector.schema import META_COLUMN_TYPE, Column, Table
 from tests.destinations.helpers import Rows, apply
 from tests.destinations.samples import ROWS, T0, TABLE, batches, numbered
+from tests.fixtures.s3 import S3Bucket
 
 NAMESPACE = "tabledata"
 
@@ -61,6 +62,7 @@ class IcebergPlace:
 
     location: str
     catalog: str | None = None
+    s3: S3Bucket | None = None
     kind: str = "iceberg"
     stores_choices: bool = False
 
@@ -85,7 +87,9 @@ class IcebergPlace:
             uri = f"sqlite:///{file}"
         else:
             uri = self.catalog
-        catalog = SqlCatalog("connector", uri=uri, warehouse=self.location)  # catalogs are named
+        reach = {} if self.s3 is None else {"s3.endpoint": self.s3.server.endpoint,
+                                            "s3.region": "us-east-1"}
+        catalog = SqlCatalog("connector", uri=uri, warehouse=self.location, **reach)  # catalogs are named
         try:
             yield catalog
         finally:
@@ -336,3 +340,16 @@ def test_without_pyiceberg_the_extra_is_named(
     with pytest.raises(MissingExtra, match=r"table-data-connector\[iceberg\]"):
         open_destination(make_config("iceberg", str(tmp_path), mode="replace", where="t",
                                      base=tmp_path))
+
+
+def test_an_s3_warehouse_with_a_postgresql_catalog(s3: S3Bucket, postgres_db: str) -> None:
+    """Tables in object storage (moto), named in PostgreSQL; the endpoint and credentials
+    from the environment, as for every object storage destination."""
+    place = IcebergPlace(s3.url("lake"), postgres_db, s3)
+    assert place.apply(ROWS, mode="merge", mark=True) == Committed(written=4)
+    assert place.apply(numbered(2, start=7), mode="merge", mark=True, deleted=["row_2"]) == \
+        Committed(written=2, deleted=1)
+    held = place.held()
+    assert spec.live(held) == spec.by_id([ROWS[0], *ROWS[2:], *numbered(2, start=7)])
+    assert held is not None and held["row_2"]["_deleted_at"] is not None
+    assert any(k.startswith("lake/tabledata/orders/data/") for k in s3.objects("lake/"))
