@@ -12,7 +12,7 @@
 
 Each contender runs once to warm up, then RUNS rounds in alternating order; best against
 best. Measured, never asserted. ``BENCH_ROWS=N``, ``BENCH_RUNS=N`` (default 2),
-``BENCH_QUICK=1`` (20,000 rows).
+``BENCH_QUICK=1`` (20,000 rows), ``BENCH_PARTS=export`` (or ``merge``) for one part.
 """
 
 from __future__ import annotations
@@ -159,8 +159,11 @@ def main() -> None:
         started = time.perf_counter()
         seed(directory / "server.db", rows, "Bench")
         print(f"seeded {rows:,} rows in {time.perf_counter() - started:.1f} s", flush=True)
-        exports(directory, rows, runs)
-        merges(directory, rows, runs)
+        parts = os.environ.get("BENCH_PARTS", "export,merge").split(",")
+        if "export" in parts:
+            exports(directory, rows, runs)
+        if "merge" in parts:
+            merges(directory, rows, runs)
 
 
 if __name__ == "__main__":
