@@ -21,6 +21,7 @@ EXTRAS: dict[str, str] = {
     "adlfs": "azure",
     "duckdb": "duckdb",
     "deltalake": "delta",
+    "pyiceberg": "iceberg",
     "dagster": "dagster",
     "dlt": "dlt",
     "singer_sdk": "singer",

@@ -28,6 +28,7 @@ time limit are set here. Choices are stored as their text (Delta has no dictiona
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -46,14 +47,15 @@ from connector.destinations.base import (
     Committed,
     TableChange,
     Target,
+    library_errors,
     live_rows,
+    own_errors,
 )
 from connector.destinations.evolve import renames
 from connector.destinations.naming import file_name
 from connector.destinations.registry import DestinationConfig, kind
 from connector.destinations.rewrite import Counted, KeptRows
 from connector.destinations.storage import is_remote, open_store
-from connector.errors import ConnectorError, DestinationError
 from connector.extras import require
 
 __all__ = ["DeltaDestination", "open_delta", "storage_options"]
@@ -190,7 +192,7 @@ class DeltaDestination:
         table = None if change.mode == "replace" else self._open(uri)
         marks = change.mark or (table is not None and DELETED_AT in _names(table))
         schema = target.with_marks(marks)
-        change = replace(change, rows=_own_errors(change.rows))
+        change = replace(change, rows=own_errors(change.rows))
         with self._failures("writing", uri):
             if table is None:
                 return Committed(written=self._overwrite(uri, change.rows, schema))
@@ -216,7 +218,7 @@ class DeltaDestination:
         kept = KeptRows(lambda columns: _rows(table, columns), target, change, schema)
         new = kept.new_rows()
         counted = Counted(new)
-        self._overwrite(uri, _chain(kept, counted), schema)
+        self._overwrite(uri, itertools.chain(kept, counted), schema)
         return Committed(written=counted.count, deleted=kept.deleted)
 
     def _merge(
@@ -284,30 +286,9 @@ class DeltaDestination:
         finally:
             path.unlink(missing_ok=True)
 
-    @contextlib.contextmanager
-    def _failures(self, doing: str, uri: str) -> Iterator[None]:
-        """deltalake's and the object store's exceptions become one DestinationError line."""
-        try:
-            yield
-        except ConnectorError:
-            raise
-        except _StreamError as exc:
-            raise exc.__cause__ from None  # type: ignore[misc]
-        except Exception as exc:
-            text = " ".join(str(exc).split()) or type(exc).__name__
-            raise DestinationError(f"{doing} Delta table {uri} failed: {text[:300]}") from exc
-
-
-class _StreamError(Exception):
-    """The change's row stream failed (a failed read upstream): carried past `_failures`
-    to be re-raised as itself, not as a failure of the Delta table."""
-
-
-def _own_errors(rows: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    try:
-        yield from rows
-    except Exception as exc:
-        raise _StreamError() from exc
+    def _failures(self, doing: str, uri: str) -> contextlib.AbstractContextManager[None]:
+        """deltalake's and the object store's exceptions as one DestinationError line."""
+        return library_errors(f"{doing} Delta table {uri}")
 
 
 def _with_ops(
@@ -373,10 +354,6 @@ def _retyped(table: Any, schema: pa.Schema) -> bool:
 def _names(table: Any) -> list[str]:
     return [f.name for f in table.schema().fields]
 
-
-def _chain(*parts: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    for part in parts:
-        yield from part
 
 
 def _q(name: str) -> str:

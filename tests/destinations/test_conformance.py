@@ -5,6 +5,8 @@ each take the same changes through `Destination.apply` and are read back with re
 their own (`tests.destinations.helpers.Place`), never through `scan` or `stored` except
 where those are the subject. What a spec expects is written out here by hand: the rows the
 test wrote, and the conversions `connector.destinations.evolve` promises, value by value.
+Iceberg runs every test here too, from tests/destinations/test_iceberg.py (its own place:
+a SQLite or a PostgreSQL catalog, read back with pyiceberg).
 """
 
 from __future__ import annotations
