@@ -22,6 +22,7 @@ EXTRAS: dict[str, str] = {
     "duckdb": "duckdb",
     "deltalake": "delta",
     "dagster": "dagster",
+    "pyspark": "spark",
 }
 
 
