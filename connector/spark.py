@@ -158,8 +158,8 @@ def _whole(given: Mapping[str, str], name: str, least: int, most: int | None) ->
     except ValueError:
         value = least - 1
     if value < least or (most is not None and value > most):
-        upto = f" to {most}" if most is not None else " or more"
-        raise ConfigError(f"option {name} must be a whole number from {least}{upto}, not {raw!r}")
+        bounds = f"from {least} to {most}" if most is not None else f"of at least {least}"
+        raise ConfigError(f"option {name} must be a whole number {bounds}, not {raw!r}")
     return value
 
 
