@@ -5,7 +5,7 @@ Contenders, each a fresh process timed from spawn to exit (GNU time, `bench._pro
 
 * ``connector export --out DIR --table Bench`` (the reference: one process, one read);
 * a ``python -c`` script that starts Spark in local mode (``local[2]``, the machine's cores),
-  reads the table with ``spark.read.format("tabledata")`` in 2 and in 8 partitions, and writes
+  reads the table with ``spark.read.format("tabledata")`` in 2 and in 10 partitions, and writes
   it with ``frame.write.parquet``: the whole process, JVM start included, and the script's
   own seconds from the session being ready to the files being written.
 
@@ -28,8 +28,8 @@ from bench._procs import CONNECTOR, contest, start, user_env
 from bench.bench_platforms import Contender, rows_setting
 from bench.bench_throughput import seed
 
-#: Partitions of the Spark read: one per core of local[2], and more than cores.
-PARTITIONS = (2, 8)
+#: Partitions of the Spark read: one per core of local[2], and the default for 1M rows.
+PARTITIONS = (2, 10)
 
 #: argv: base URL, table, output directory, partitions. Prints one JSON line: rows written,
 #: seconds from the session being ready to the files written, seconds to start the session.

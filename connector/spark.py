@@ -199,7 +199,7 @@ class _Budget(RateLimiter):
             return start - now
 
 
-class _Range(ds.InputPartition):  # type: ignore[misc]
+class _Range(ds.InputPartition):
     """One of `parts` partitions: rows whose order `key` is after `after` (None: from the
     start) up to and including `upto` (None: to the end); `upto_value` is `upto` typed as
     the frame types it. With no `key`, the whole table in the page reader's order."""
@@ -217,7 +217,7 @@ class _Range(ds.InputPartition):  # type: ignore[misc]
         return {} if self.key is None or self.after is None else {self.key: {"gt": self.after}}
 
 
-class TableDataSource(ds.DataSource):  # type: ignore[misc]
+class TableDataSource(ds.DataSource):
     """``spark.read.format("tabledata")``: a Table Data table as a DataFrame (see the module doc)."""
 
     _checked: _Settings | None = None
@@ -264,7 +264,7 @@ def _undictionary(schema: pa.Schema) -> pa.Schema:
     )
 
 
-class _Reader(ds.DataSourceReader):  # type: ignore[misc]
+class _Reader(ds.DataSourceReader):
     """Plans the key ranges on the driver; reads one range per task on an executor."""
 
     def __init__(self, settings: _Settings, table: Table, schema: StructType) -> None:
