@@ -26,6 +26,7 @@ EXTRAS: dict[str, str] = {
     "dlt": "dlt",
     "singer_sdk": "singer",
     "prometheus_client": "metrics",
+    "pyspark": "spark",
 }
 
 

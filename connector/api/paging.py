@@ -73,6 +73,7 @@ __all__ = [
     "Cells",
     "ExtractionError",
     "PageReader",
+    "order_key",
     "split_rows",
 ]
 
@@ -100,7 +101,7 @@ _SYSTEM_KEYS = itemgetter("id", "created_at", "updated_at")
 _FIELDS_KEY = itemgetter("fields")
 
 
-def _order_key(table: Table) -> str | None:
+def order_key(table: Table) -> str | None:
     """The first of `ORDER_KEYS` no user column shadows (compared case-insensitively, as a
     server may match names), or None: read in the server's default order."""
     taken = {name.lower() for name in table.column_names}
@@ -310,7 +311,7 @@ class PageReader:
         self._concurrency = concurrency
         self._emit = emit
         self._names = list(fields)
-        self._key = _order_key(table)
+        self._key = order_key(table)
         # None: not yet known. By updated_at, ties would need the (shadowed) id: by offset.
         self._by_key: bool | None = None if self._key in ("created_at", "id") else False
         #: Hashes of the ids emitted so far (64-bit, 8 bytes a row), for the fallback below.
