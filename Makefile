@@ -40,7 +40,7 @@ lint: install
 
 # The site fails on any broken reference (--strict): a renamed module, a moved command.
 docs: install
-	$(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 test: lint docs azurite
 	$(BIN)/pytest -n 2 -q
