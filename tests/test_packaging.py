@@ -200,7 +200,7 @@ def test_a_missing_extra_is_one_line_naming_it(installed: Installed) -> None:
         (
             ["sync", "job.toml"],
             '[[destination]]\ndelta = "lake"\n',
-            "error: {cwd}/job.toml: destination[0]: Delta Lake destinations needs an optional "
+            "error: {cwd}/job.toml: destination[0].delta: Delta Lake destinations needs an optional "
             "dependency: pip install 'table-data-connector[delta]'",
         ),
         (
@@ -212,7 +212,7 @@ def test_a_missing_extra_is_one_line_naming_it(installed: Installed) -> None:
         (
             ["sync", "job.toml"],
             '[[destination]]\nurl = "duckdb:///lake"\n',
-            "error: {cwd}/job.toml: destination[0]: duckdb:/// destinations needs an optional "
+            "error: {cwd}/job.toml: destination[0].url: duckdb:/// destinations needs an optional "
             "dependency: pip install 'table-data-connector[duckdb]'",
         ),
     ],
