@@ -7,7 +7,10 @@ BIN     := $(VENV)/bin
 # suite's extras, moto, pytest, linters, the docs' tools: ~1.4 GB) to the same .venv.
 CORE    := $(VENV)/.core
 STAMP   := $(VENV)/.installed
-# Azure's emulator for the az:// tests, from npm (tests fail, never skip, without it).
+# Azurite, Azure Blob Storage's emulator, for the az:// tests (tests/fixtures/azurite.py:
+# they fail, never skip, without it), from npm. 3.35 ignores a listing's startFrom, so
+# deltalake misreads a table's log past its first version ("Invalid table version: 1");
+# 3.37 honours it. 3.37 declares Node >= 22 and runs its blob service on Node 20 (npm warns).
 AZURITE_VERSION ?= 3.37.0
 
 # .ci/constraints.txt pins the versions the suite last passed with (pip freeze of a working

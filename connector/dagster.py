@@ -26,8 +26,14 @@ state file ``<job>.<asset>.state.json`` and lock ``<job>.<asset>.lock`` sit in t
 ``state_dir``. Tables never wait for each other; two runs of the same asset still exclude
 each other (the second fails at once with `JobLocked`, writing nothing). That state is not
 the state ``connector sync`` keeps for the whole job: schedule a job file from Dagster or
-from cron, not both. SQLite takes one writer at a time: for tables in parallel processes
-(the multiprocess executor) prefer Parquet or PostgreSQL destinations.
+from cron, not both.
+
+**Destinations that take one writer at a time** (SQLite, DuckDB, an Iceberg catalog on
+SQLite: `connector.destinations.registry`'s capabilities) put the job's table assets in one
+Dagster pool, named ``connector:`` and those destinations (`pool_of`), so a pool limit of 1
+(``dagster instance concurrency set <pool> 1``, or ``concurrency: pools: default_limit: 1``
+in ``dagster.yaml``) runs them one at a time; a job whose destinations all take parallel
+writes (Parquet, Delta, PostgreSQL) has no pool and its tables run at once.
 """
 
 # No `from __future__ import annotations` here: Dagster reads the assets' `context`
@@ -51,7 +57,7 @@ if TYPE_CHECKING:
 else:
     dg = require("dagster", "connector.dagster (Dagster assets)")
 
-__all__ = ["assets_from_job", "definitions_from_job"]
+__all__ = ["assets_from_job", "definitions_from_job", "pool_of"]
 
 #: What Dagster allows in an asset name or key part.
 _NOT_NAME = re.compile(r"[^A-Za-z0-9_]+")
@@ -155,6 +161,13 @@ def _resolve(job: Job, listed: Any, value: str) -> str:
         raise exc.where(f"{job.path}: tables.include: ") from None
 
 
+def pool_of(job: Job) -> str | None:
+    """The Dagster pool of a job's table assets: its destinations that take one writer at a
+    time, named; None when every destination takes parallel writes."""
+    single = sorted(d.describe() for d in job.destinations if not d.capabilities.parallel_writes)
+    return "connector:" + "|".join(single) if single else None
+
+
 def _table_asset(
     job: Job, group: str, table: _TableAsset, deps: Sequence[dg.AssetKey]
 ) -> dg.AssetsDefinition:
@@ -171,6 +184,7 @@ def _table_asset(
         group_name=group,
         deps=list(deps),
         description=f"Table {table.value!r} of job {job.name} ({job.path}).",
+        pool=pool_of(job),
     )
     def _sync(context: dg.AssetExecutionContext) -> dg.MaterializeResult[None]:
         summary = _run(one, context)

@@ -40,12 +40,14 @@ def drive(
     dry_run: bool = False,
     indent: int | None = 2,
     events: Callable[[RunSummary], None] | None = None,
+    ended: Callable[[RunSummary], None] | None = None,
 ) -> NoReturn:
     """Run `body` and end the command as the module docstring says. `name()` is the job's
     name as known when it ends (a job file's, once read). `text` prints a summary for
     people, its error included. `events`: the command reports as a stream of JSON events
     (sync's ``--log-format json``), which hears of a run stopped before it began as its last
-    event; the stop then prints no line of its own."""
+    event; the stop then prints no line of its own. `ended` hears of the summary the
+    command ends with, whichever it is, before it is printed (sync's metrics file)."""
     from connector.jobs.run import failed_summary, interrupted_summary
     from connector.jobs.stamps import now
     from connector.process import exit_now, stop_signals, use_system_allocator
@@ -61,6 +63,8 @@ def drive(
                 name(), exc, started_at=started, seconds=round(time.monotonic() - began, 3),
                 dry_run=dry_run, destinations=list(destinations),
             )
+            if ended is not None:
+                ended(made)
             if as_json:
                 print_json(made, indent)
             raise
@@ -71,6 +75,8 @@ def drive(
             )
             if events is not None and as_json:
                 events(made)
+    if ended is not None:
+        ended(summary)
     if as_json:
         print_json(summary, indent)
         if summary.status == "interrupted":

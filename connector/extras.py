@@ -21,9 +21,11 @@ EXTRAS: dict[str, str] = {
     "adlfs": "azure",
     "duckdb": "duckdb",
     "deltalake": "delta",
+    "pyiceberg": "iceberg",
     "dagster": "dagster",
     "dlt": "dlt",
     "singer_sdk": "singer",
+    "prometheus_client": "metrics",
 }
 
 

@@ -22,6 +22,7 @@ from connector.errors import ExitCode
 
 __all__ = [
     "STOP_GRACE",
+    "TABLE_THREADS",
     "Terminated",
     "exit_now",
     "interrupt_code",
@@ -33,6 +34,9 @@ __all__ = [
 
 #: Seconds a stopped run waits for its table threads to unwind before it reports and exits.
 STOP_GRACE = 5.0
+#: The name every table thread's starts with (`connector.jobs.schedule`): a library's idle
+#: pool threads are not ours to wait for or to end a process over.
+TABLE_THREADS = "connector-table"
 
 
 class Terminated(KeyboardInterrupt):
@@ -117,13 +121,12 @@ def use_system_allocator() -> None:
 
 
 def exit_now(code: int) -> None:
-    """End the process with `code` when a thread that would not stop is still running (a
-    table thread left behind after a stop, `STOP_GRACE`): the interpreter would otherwise
-    wait for it at exit. Output is flushed first. Does nothing when only the main thread and
-    daemon threads are left."""
+    """End the process with `code` when a table thread that would not stop is still running
+    (left behind after a stop, `STOP_GRACE`): the interpreter would otherwise wait for it at
+    exit. Output is flushed first. Does nothing when no table thread is left."""
     lingering = [
         t for t in threading.enumerate()
-        if t is not threading.main_thread() and not t.daemon and t.is_alive()
+        if t.name.startswith(TABLE_THREADS) and not t.daemon and t.is_alive()
     ]
     if not lingering:
         return

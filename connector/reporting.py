@@ -28,6 +28,12 @@ def describe_event(event: str, **fields: Any) -> str | None:
         return str(fields["message"])  # as every command prints it
     if event == "note":
         return f"  {fields['table']}: {fields['note']}"
+    if event == "waiting":  # for another run of the job to release its lock
+        holder = f" ({fields['holder']})" if fields.get("holder") else ""
+        return (
+            f"job {fields['job']}: another run holds its lock{holder}; waiting up to "
+            f"{fields['seconds']:g} s"
+        )
     if event == "start":
         dry = " (dry run: nothing is written)" if fields["dry_run"] else ""
         return f"job {fields['job']}{dry}"

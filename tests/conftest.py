@@ -1,1 +1,7 @@
-pytest_plugins = ["tests.fixtures.server", "tests.fixtures.postgres", "tests.fixtures.s3"]
+pytest_plugins = [
+    "tests.fixtures.server",
+    "tests.fixtures.postgres",
+    "tests.fixtures.s3",
+    "tests.fixtures.gcs",
+    "tests.fixtures.azurite",
+]

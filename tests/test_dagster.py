@@ -310,3 +310,70 @@ def test_without_an_include_list_loading_needs_the_key_and_says_so(
         f"{job}: source.api_key_env: the environment variable CONNECTOR_API_KEY is not set "
         "(it must hold the API key) (the tables are listed from the server)"
     )
+
+
+def test_the_example_runs_as_the_readme_shows_from_a_fresh_copy_and_any_folder(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    """The issue: the example's job was looked up from the working directory and pointed at a
+    placeholder server. Now: the demo server's URL and key in the environment, nothing else."""
+    server = server_factory(demo=True)
+    copy = tmp_path / "clone" / "examples"
+    shutil.copytree(ROOT / "examples", copy, ignore=shutil.ignore_patterns("out"))
+    elsewhere = tmp_path / "somewhere"
+    elsewhere.mkdir()
+    script = (
+        "import runpy, sys; defs = runpy.run_path(sys.argv[1])['defs']; "
+        "print(defs.resolve_job_def('dagster_example').execute_in_process().success)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "CONNECTOR_JOB"}
+    env |= {"CONNECTOR_BASE_URL": server.base_url, "CONNECTOR_API_KEY": server.api_key}
+
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(copy / "dagster_defs.py")], cwd=elsewhere, env=env,
+        capture_output=True, text=True, timeout=300,
+    )
+
+    assert done.returncode == 0 and done.stdout.strip().endswith("True"), done.stderr[-3000:]
+    ids = _table_ids(server)
+    for name in ("Customers", "Orders", "Products", "Tickets"):
+        parquet = pq.read_table(copy / "out" / "parquet" / f"{name}.parquet")
+        assert parquet.num_rows == server.row_count(ids[name])
+    engine = sa.create_engine(f"sqlite:///{copy / 'out' / 'warehouse.db'}")
+    try:
+        with engine.connect() as conn:
+            held = conn.execute(sa.text('SELECT count(*) FROM "Orders"')).scalar_one()
+    finally:
+        engine.dispose()
+    assert held == server.row_count(ids["Orders"])
+    assert not list(elsewhere.iterdir())  # nothing landed in the working directory
+
+
+def test_one_writer_destinations_put_a_jobs_tables_in_one_pool(tmp_path: Path) -> None:
+    lake = _job(tmp_path, '[tables]\ninclude = ["Orders", "Tickets"]\n[[destination]]\nparquet = "pq"\n')
+    assert {a.op.pool for a in assets_from_job(lake)} == {None}  # Parquet takes tables at once
+    database = tmp_path / "db.toml"
+    database.write_text(
+        '[source]\napi_key_env = "CONNECTOR_API_KEY"\n[tables]\ninclude = ["Orders", "Tickets"]\n'
+        '[[destination]]\nparquet = "pq"\n[[destination]]\nurl = "sqlite:///wh.db"\n'
+    )
+    assert {a.op.pool for a in assets_from_job(database)} == {f"connector:sqlite:///{tmp_path / 'wh.db'}"}
+
+
+def test_a_bad_base_url_in_the_job_file_is_named_where_it_was_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue: 'fix CONNECTOR_BASE_URL (or --base-url)' although the URL came from the file."""
+    monkeypatch.setenv("CONNECTOR_API_KEY", "some-key")
+    job = tmp_path / "job.toml"
+    job.write_text(
+        '[source]\nbase_url = "http://no-such-host.invalid/v1"\napi_key_env = "CONNECTOR_API_KEY"\n'
+        '[tables]\ninclude = ["Orders"]\n[[destination]]\nparquet = "pq"\n'
+    )
+    defs = definitions_from_job(job)
+    result = defs.resolve_job_def("job").execute_in_process(raise_on_error=False)
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    message = str(failure.step_failure_data.error.message)
+    assert f"source.base_url in {job}" in message
+    assert "CONNECTOR_BASE_URL" not in message

@@ -33,9 +33,10 @@ import os
 import re
 import socket
 import ssl
+import threading
 import time
 import urllib.request
-from collections import deque
+from collections import Counter, deque
 from collections.abc import (
     AsyncIterable,
     Callable,
@@ -92,7 +93,7 @@ from connector.errors import (
 if TYPE_CHECKING:  # at run time only where a schema is read: it brings pyarrow
     from connector.schema import Table
 
-__all__ = ["AsyncClient", "Client", "Filter"]
+__all__ = ["AsyncClient", "Client", "Filter", "RequestCounts"]
 
 T = TypeVar("T")
 
@@ -131,6 +132,52 @@ class _Call(Generic[T]):
         if self.method != "POST":
             return True  # reads, PATCH (sets values) and DELETE are idempotent
         return isinstance(exc, RateLimited | NotSent)  # the POST certainly did not happen
+
+
+class RequestCounts:
+    """Every answer a client got, by HTTP status, and the retries it made: what a run's
+    metrics report (`connector.metrics`). Counted in the one request path, so every try of
+    every request is in it; thread-safe, so clients on different loops may share one.
+
+    `by_status` keys are the status as text (``"200"``, ``"429"``), or `NO_ANSWER` for a
+    try that got none (the connection failed or was cut); `throttled` is the 429s.
+    """
+
+    #: The key of tries that got no HTTP answer.
+    NO_ANSWER = "error"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._statuses: Counter[str] = Counter()
+        self._retries = 0
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(by_status={self.by_status}, retries={self.retries})"
+
+    def answered(self, status: int | None) -> None:
+        """One try ended: with this HTTP status, or (None) with no answer."""
+        with self._lock:
+            self._statuses[self.NO_ANSWER if status is None else str(status)] += 1
+
+    def retried(self) -> None:
+        """A failed request is about to be tried again."""
+        with self._lock:
+            self._retries += 1
+
+    @property
+    def by_status(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._statuses)
+
+    @property
+    def retries(self) -> int:
+        return self._retries
+
+    @property
+    def throttled(self) -> int:
+        """Answers that were 429 (rate limited)."""
+        with self._lock:
+            return self._statuses["429"]
 
 
 # --- the endpoints: what to send and how to read the answer -------------------------------
@@ -437,6 +484,7 @@ class _Settings:
         on_retry: RetryObserver | None = None,
         key_source: str | None = None,
         url_source: str | None = None,
+        counts: RequestCounts | None = None,
     ) -> None:
         self._key_source = key_source or ENV_API_KEY
         self._url_source = url_source or f"{ENV_BASE_URL} (or --base-url)"
@@ -453,6 +501,8 @@ class _Settings:
         self.retry = resolve_policy(retry, max_wait)
         self.on_retry = on_retry
         self.limiter = limiter if limiter is not None else limiter_for(self.base_url, api_key)
+        #: Every try's answer and every retry (`RequestCounts`).
+        self.counts = counts if counts is not None else RequestCounts()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(base_url={self.base_url!r})"
@@ -466,6 +516,7 @@ class _Settings:
     def _announce(self, call: _Call[Any], state: RetryCallState) -> None:
         """Tells the observer (or the ``connector.api.retry`` log) of the wait to come."""
         exc = state.outcome.exception() if state.outcome else None
+        self.counts.retried()
         event = RetryEvent(
             seconds=state.upcoming_sleep,
             attempt=state.attempt_number + 1,
@@ -626,6 +677,8 @@ class Client:
     write; `limiter` defaults to the one shared by every client of this key in the process.
     `max_concurrency` caps the requests in flight, which the client adapts below the cap
     (`connector.api.concurrency`; default ``CONNECTOR_MAX_CONCURRENCY``, else 32).
+    `counts` tallies every try's answer and every retry (`RequestCounts`; default: the
+    client's own, `counts`).
     Each method is one call of the async core (`aio`), run on this client's event loop.
     """
 
@@ -643,11 +696,13 @@ class Client:
         transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
         limiter: RateLimiter | None = None,
         max_concurrency: int | None = None,
+        counts: RequestCounts | None = None,
     ) -> None:
         self._aio = AsyncClient(
             base_url, api_key, timeout=timeout, retry=retry, max_wait=max_wait,
             on_retry=on_retry, key_source=key_source, url_source=url_source,
             transport=transport, limiter=limiter, max_concurrency=max_concurrency,
+            counts=counts,
         )
         self._engine = Engine()
 
@@ -695,6 +750,11 @@ class Client:
     def concurrency(self) -> ConcurrencyLimit:
         """The requests in flight this client allows now, and the most it reached (`peak`)."""
         return self._aio.concurrency
+
+    @property
+    def counts(self) -> RequestCounts:
+        """The answers this client got, by status, and its retries."""
+        return self._aio.counts
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Runs one operation written against `aio` (a coroutine) to completion, blocking.
@@ -829,10 +889,11 @@ class AsyncClient(_Settings):
         transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
         limiter: RateLimiter | None = None,
         max_concurrency: int | None = None,
+        counts: RequestCounts | None = None,
     ) -> None:
         super().__init__(
             base_url, api_key, timeout, retry, limiter, max_wait=max_wait, on_retry=on_retry,
-            key_source=key_source, url_source=url_source,
+            key_source=key_source, url_source=url_source, counts=counts,
         )
         #: Requests in flight, adapted below the cap; shared by every read and write of
         #: this client (`connector.api.concurrency`).
@@ -896,8 +957,10 @@ class AsyncClient(_Settings):
                 response = await self._exchange(request)
             except httpx.HTTPError as exc:
                 latency = time.monotonic() - started
+                self.counts.answered(None)
                 raise self._transport_error(exc, call) from exc
             latency = time.monotonic() - started
+            self.counts.answered(response.status_code)
             ok = response.status_code != 429 and response.status_code < 500
         finally:
             self.concurrency.release(latency, ok=ok)

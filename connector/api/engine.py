@@ -118,6 +118,7 @@ class Engine:
             if last is not None:
                 self.run(last)
             self.run(self._loop.shutdown_asyncgens())
+            self.run(_finish_tasks())
         finally:
             self._closed = True
             if self._thread is not None:
@@ -163,6 +164,20 @@ class Engine:
             self._loop.create_task(aclose())
         else:
             self.run(aclose())
+
+
+async def _finish_tasks(rounds: int = 5) -> None:
+    """Cancels every task still on the loop and waits for them: a generator a stopped read
+    dropped is finalised by a task the loop schedules for it (its ``aclose``), which must end
+    before the loop closes (else: "Task was destroyed but it is pending!")."""
+    me = asyncio.current_task()
+    for _ in range(rounds):  # finishing one task may schedule the aclose of another
+        pending = [t for t in asyncio.all_tasks() if t is not me]
+        if not pending:
+            return
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 #: What `_next` returns at the end of the iteration.

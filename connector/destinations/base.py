@@ -20,6 +20,7 @@ is its own module's business.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -199,3 +200,39 @@ class LiveRows:
 
 def live_rows(held: Iterable[str], target: Target, updated_after: datetime | None) -> LiveRows:
     return LiveRows(held, target, updated_after)
+
+
+# --- for the kinds: whose failure a failure is ----------------------------------------------
+
+
+class _RowsFailed(Exception):
+    """The change's own row stream failed (a read upstream, a stop): carried past
+    `library_errors` to be re-raised as itself, not as the destination's failure."""
+
+
+def own_errors(rows: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """`rows`, with their own failures marked, for a library that calls back into them."""
+    try:
+        yield from rows
+    except Exception as exc:
+        raise _RowsFailed() from exc
+
+
+@contextmanager
+def library_errors(what: str) -> Iterator[None]:
+    """A library's exceptions become one `DestinationError` line, ``<what> failed: ...``
+    (at most 300 characters); our own errors pass as they are, and a failure of the change's
+    rows (`own_errors`) is re-raised as itself."""
+    from connector.errors import ConnectorError, DestinationError
+
+    try:
+        yield
+    except ConnectorError:
+        raise
+    except _RowsFailed as exc:
+        raise exc.__cause__ from None  # type: ignore[misc]
+    except Exception as exc:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        if len(text) > 300:
+            text = text[:297] + "..."
+        raise DestinationError(f"{what} failed: {text}") from exc

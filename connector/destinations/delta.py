@@ -28,6 +28,7 @@ time limit are set here. Choices are stored as their text (Delta has no dictiona
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -35,6 +36,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 
@@ -45,14 +47,15 @@ from connector.destinations.base import (
     Committed,
     TableChange,
     Target,
+    library_errors,
     live_rows,
+    own_errors,
 )
 from connector.destinations.evolve import renames
 from connector.destinations.naming import file_name
 from connector.destinations.registry import DestinationConfig, kind
 from connector.destinations.rewrite import Counted, KeptRows
 from connector.destinations.storage import is_remote, open_store
-from connector.errors import ConnectorError, DestinationError
 from connector.extras import require
 
 __all__ = ["DeltaDestination", "open_delta", "storage_options"]
@@ -69,15 +72,56 @@ def open_delta(config: DestinationConfig) -> DeltaDestination:
 def storage_options(uri: str, timeout: float) -> dict[str, str] | None:
     """What deltalake needs beyond the provider's chain (which it reads itself): a time
     limit per request; on S3, commits by conditional put, and plain HTTP allowed when the
-    endpoint is http://."""
+    endpoint is http://; on Azure, what ``AZURE_STORAGE_CONNECTION_STRING`` holds, which
+    adlfs reads and deltalake does not (it reads ``AZURE_STORAGE_ACCOUNT_NAME`` / ``_KEY``
+    itself)."""
     if not is_remote(uri):
         return None
-    options = {"timeout": f"{max(1, round(timeout))}s"}
-    if uri.startswith("s3://"):
+    seconds = max(1, round(timeout))
+    # each request bounded, and its retries too (object_store's default: 10 over 3 minutes)
+    options = {"timeout": f"{seconds}s", "max_retries": "2", "retry_timeout": f"{3 * seconds}s"}
+    scheme = uri.partition("://")[0].lower()
+    if scheme in ("az", "abfs", "abfss"):
+        options |= _azure_options(os.environ.get("AZURE_STORAGE_CONNECTION_STRING", ""))
+    elif scheme == "s3":
         options["conditional_put"] = "etag"
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL", "")
         if endpoint.startswith("http://"):
             options["allow_http"] = "true"
+    return options
+
+
+#: Connection string settings -> deltalake's (object_store's) Azure options.
+_AZURE_SETTINGS = {
+    "accountname": "account_name",
+    "accountkey": "access_key",
+    "sharedaccesssignature": "sas_key",
+    "blobendpoint": "endpoint",
+}
+
+
+def _azure_options(connection_string: str) -> dict[str, str]:
+    """An Azure connection string (``Name=value;...``, names in any case) as deltalake's
+    options; the endpoint of the development storage or of a BlobEndpoint included."""
+    settings = {}
+    for part in connection_string.split(";"):
+        name, _, value = part.partition("=")
+        settings[name.strip().lower()] = value.strip()
+    options = {_AZURE_SETTINGS[k]: v for k, v in settings.items() if k in _AZURE_SETTINGS and v}
+    if settings.get("usedevelopmentstorage", "").lower() == "true":
+        options["use_emulator"] = "true"
+    suffix, account = settings.get("endpointsuffix"), settings.get("accountname")
+    if "endpoint" not in options and suffix and account:
+        protocol = settings.get("defaultendpointsprotocol") or "https"
+        options["endpoint"] = f"{protocol}://{account}.blob.{suffix}"
+    endpoint = options.get("endpoint", "")
+    if endpoint and "account_name" not in options:  # a SAS string names only the endpoint
+        parts = urlsplit(endpoint)
+        host = parts.hostname or ""
+        path = parts.path.strip("/").split("/")[0]  # an emulator's: http://host:port/account
+        options["account_name"] = host.split(".")[0] if ".blob." in host else path
+    if endpoint.startswith("http://"):
+        options["allow_http"] = "true"
     return options
 
 
@@ -148,7 +192,7 @@ class DeltaDestination:
         table = None if change.mode == "replace" else self._open(uri)
         marks = change.mark or (table is not None and DELETED_AT in _names(table))
         schema = target.with_marks(marks)
-        change = replace(change, rows=_own_errors(change.rows))
+        change = replace(change, rows=own_errors(change.rows))
         with self._failures("writing", uri):
             if table is None:
                 return Committed(written=self._overwrite(uri, change.rows, schema))
@@ -174,7 +218,7 @@ class DeltaDestination:
         kept = KeptRows(lambda columns: _rows(table, columns), target, change, schema)
         new = kept.new_rows()
         counted = Counted(new)
-        self._overwrite(uri, _chain(kept, counted), schema)
+        self._overwrite(uri, itertools.chain(kept, counted), schema)
         return Committed(written=counted.count, deleted=kept.deleted)
 
     def _merge(
@@ -191,13 +235,16 @@ class DeltaDestination:
         upsert, delete = f"{s}.{_OP} = 'upsert'", f"{s}.{_OP} = 'delete'"
         rows = Counted(change.rows)
         batches = _with_ops(rows, gone, schema, source, target.id_name, change.mark)
+        # every column named, quoted by `_q`: deltalake's *_all forms quote names without
+        # escaping, so a column with a backtick in its name failed ("No field named ...")
+        every = {_q(f.name): f"{s}.{_q(f.name)}" for f in schema}
         with self._spool(batches, source) as (reader, _):
             merger = table.merge(
                 reader, key, source_alias=s, target_alias=t, merge_schema=add,
                 streamed_exec=True,
             )
             if merging:
-                merger = merger.when_matched_update_all(upsert, except_cols=[_OP])
+                merger = merger.when_matched_update(every, upsert)
                 if change.mark:
                     stamped = f"{delete} AND {t}.{_q(DELETED_AT)} IS NULL"
                     merger = merger.when_matched_update(
@@ -205,7 +252,7 @@ class DeltaDestination:
                     )
                 else:
                     merger = merger.when_matched_delete(delete)
-            metrics = merger.when_not_matched_insert_all(upsert, except_cols=[_OP]).execute()
+            metrics = merger.when_not_matched_insert(every, upsert).execute()
         inserted = int(metrics.get("num_target_rows_inserted", 0))
         if not merging:
             return Committed(written=inserted)
@@ -239,30 +286,9 @@ class DeltaDestination:
         finally:
             path.unlink(missing_ok=True)
 
-    @contextlib.contextmanager
-    def _failures(self, doing: str, uri: str) -> Iterator[None]:
-        """deltalake's and the object store's exceptions become one DestinationError line."""
-        try:
-            yield
-        except ConnectorError:
-            raise
-        except _StreamError as exc:
-            raise exc.__cause__ from None  # type: ignore[misc]
-        except Exception as exc:
-            text = " ".join(str(exc).split()) or type(exc).__name__
-            raise DestinationError(f"{doing} Delta table {uri} failed: {text[:300]}") from exc
-
-
-class _StreamError(Exception):
-    """The change's row stream failed (a failed read upstream): carried past `_failures`
-    to be re-raised as itself, not as a failure of the Delta table."""
-
-
-def _own_errors(rows: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    try:
-        yield from rows
-    except Exception as exc:
-        raise _StreamError() from exc
+    def _failures(self, doing: str, uri: str) -> contextlib.AbstractContextManager[None]:
+        """deltalake's and the object store's exceptions as one DestinationError line."""
+        return library_errors(f"{doing} Delta table {uri}")
 
 
 def _with_ops(
@@ -328,10 +354,6 @@ def _retyped(table: Any, schema: pa.Schema) -> bool:
 def _names(table: Any) -> list[str]:
     return [f.name for f in table.schema().fields]
 
-
-def _chain(*parts: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    for part in parts:
-        yield from part
 
 
 def _q(name: str) -> str:

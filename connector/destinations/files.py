@@ -10,6 +10,7 @@ and removing or stamping deleted ones are one swap. CSV files are export-only: r
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Literal
@@ -112,7 +113,7 @@ class FilesDestination:
                 schema = target.with_marks(marks)
                 kept = KeptRows(lambda columns: parquet_batches(old, columns), target, change, schema)
                 new = Counted(conform(b, schema) for b in kept.new_rows())
-                self._write(name, _chain(kept, new), schema)
+                self._write(name, itertools.chain(kept, new), schema)
             return Committed(written=new.count, deleted=kept.deleted)
 
     def _write(self, name: str, rows: Iterable[pa.RecordBatch], schema: pa.Schema) -> None:
@@ -130,7 +131,3 @@ class FilesDestination:
             where = self.store.locate(name)
             raise DestinationError(f"{doing} {where} failed: {exc}") from exc
 
-
-def _chain(*parts: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    for part in parts:
-        yield from part

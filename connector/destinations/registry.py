@@ -48,7 +48,8 @@ DeletePolicy = Literal["delete", "mark", "keep"]
 DELETE_POLICIES: tuple[DeletePolicy, ...] = ("delete", "mark", "keep")
 
 #: Seconds one request to a destination may take (connect, read, a storage request):
-#: past it the destination counts as not answering and the table fails, naming it.
+#: past it the destination counts as not answering and the table fails, naming it (after a
+#: few tries: within about 6 times this). ``timeout`` in ``[[destination]]``.
 DEFAULT_TIMEOUT = 60.0
 
 @dataclass(frozen=True)
@@ -139,7 +140,12 @@ class DestinationConfig:
 
     @property
     def capabilities(self) -> Capabilities:
-        return kind(self.kind).capabilities
+        """The kind's, refined by what the location says: a SQL server database (PostgreSQL)
+        takes several tables' writes at once, an embedded one (SQLite) one at a time."""
+        own = kind(self.kind).capabilities
+        if self.kind == "sql" and self.target.partition(":")[0].partition("+")[0] == "postgresql":
+            return Capabilities(parallel_writes=True, modes=own.modes, marks=own.marks)
+        return own
 
     def describe(self) -> str:
         """The destination as summaries show it (a database URL without its password)."""
@@ -176,6 +182,8 @@ def make_config(
         target = _duckdb_url(value, where, base)
     else:
         target = _sql_url(value, where, base, secrets_allowed)
+    if catalog is not None:
+        catalog = _catalog_uri(catalog, where, base, secrets_allowed)
     return DestinationConfig(
         chosen.name, target, mode, where, excel_safe=excel_safe, catalog=catalog, timeout=timeout
     )
@@ -198,6 +206,22 @@ def _folder(value: str, where: str, base: Path) -> str:
     if is_remote(checked):
         return checked
     return str((base / Path(value).expanduser()).resolve())
+
+
+def _catalog_uri(uri: str, where: str, base: Path, secrets_allowed: bool) -> str:
+    """An Iceberg catalog: a REST catalog's ``http(s)://`` URL as it is, or a database URL
+    checked as ``url`` destinations are (pyiceberg's SQL catalog); no password in a job file."""
+    from urllib.parse import urlsplit
+
+    at = f"{where}: catalog"
+    if uri.partition(":")[0].lower() in ("http", "https"):
+        if urlsplit(uri).password is not None:
+            raise ConfigError(
+                f"{at}: holds a password (value not shown): a REST catalog's credentials "
+                "come from PYICEBERG_CATALOG__CONNECTOR__CREDENTIAL or __TOKEN in the environment"
+            )
+        return uri
+    return _sql_url(uri, at, base, secrets_allowed)
 
 
 DUCKDB_SCHEME = "duckdb:///"

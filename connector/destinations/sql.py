@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import replace
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -44,7 +43,7 @@ from connector.destinations.base import (
 )
 from connector.destinations.evolve import rename_fields, renames
 from connector.destinations.formats import as_text
-from connector.destinations.registry import DestinationConfig, kind
+from connector.destinations.registry import DestinationConfig
 from connector.errors import ConfigError, DestinationError
 
 __all__ = ["SqlDestination", "connect", "database_errors", "open_sql"]
@@ -65,9 +64,7 @@ class SqlDestination:
     def __init__(self, config: DestinationConfig) -> None:
         self.config = config
         self._engine: sa.Engine | None = None
-        # A server database takes several tables' writes at once; SQLite one at a time.
-        server = sa.make_url(config.target).get_backend_name() == "postgresql"
-        self.capabilities = replace(kind("sql").capabilities, parallel_writes=server)
+        self.capabilities = config.capabilities
 
     @property
     def engine(self) -> sa.Engine:

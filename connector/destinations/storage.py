@@ -15,9 +15,10 @@ uploaded in one put (`ObjectStore.put`). A single PUT that does not finish never
 object, and neither does a multipart upload that is never completed (large files), so a
 killed upload leaves the previous object as it was.
 
-Every request to object storage is bounded (`DEFAULT_TIMEOUT` seconds, the destination's
-``timeout``): a store that stops answering fails the table with a message naming it, rather
-than holding the run for ever.
+Every request to object storage is bounded (the destination's ``timeout``, by default
+`connector.destinations.registry.DEFAULT_TIMEOUT`) and tried a few times (s3fs: 5), so a
+store that stops answering fails the table within about 6 times that, with a message naming
+it, rather than holding the run for ever.
 """
 
 from __future__ import annotations
@@ -31,11 +32,11 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from connector.atomic import atomic_path
+from connector.destinations.registry import DEFAULT_TIMEOUT
 from connector.errors import ConfigError, ConnectorError, DestinationError
 from connector.extras import require
 
 __all__ = [
-    "DEFAULT_TIMEOUT",
     "SCHEMES",
     "LocalStore",
     "ObjectStore",
@@ -45,9 +46,6 @@ __all__ = [
     "open_store",
 ]
 
-#: Seconds one request to a destination may take before it counts as not answering (an
-#: object store's connect and read, a database's connect); a few attempts each.
-DEFAULT_TIMEOUT = 60.0
 
 #: URL scheme -> the fsspec implementation that serves it.
 SCHEMES: dict[str, str] = {
@@ -105,7 +103,8 @@ def filesystem(url: str, timeout: float = DEFAULT_TIMEOUT) -> Any:
 def _bounded(module: str, timeout: float) -> dict[str, Any]:
     """Each implementation's own settings for a request's time limit and attempts."""
     if module == "s3fs":
-        retries = {"max_attempts": 3, "mode": "standard"}
+        # s3fs tries a request up to 5 times itself; botocore's own retries would multiply it
+        retries = {"max_attempts": 1, "mode": "standard"}
         config = {"connect_timeout": timeout, "read_timeout": timeout, "retries": retries}
         return {"config_kwargs": config}
     if module == "gcsfs":
@@ -213,14 +212,15 @@ class ObjectStore:
         self._fetched.add(name)
 
     def check(self) -> None:
-        """Fail now if the bucket cannot be listed (missing, or no access)."""
+        """Fail now if the bucket (Azure: container) cannot be listed (missing, or no access)."""
         bucket = self.root.partition("/")[0]
         with self.failures("reaching", f"{self.scheme}://{bucket}"):
             try:
                 self.fs.ls(bucket, detail=False)
             except FileNotFoundError:
+                what = "container" if SCHEMES[self.scheme] == "adlfs" else "bucket"
                 raise DestinationError(
-                    f"reaching {self.scheme}://{bucket} failed: no such bucket"
+                    f"reaching {self.scheme}://{bucket} failed: no such {what}"
                 ) from None
 
     def exists(self, name: str) -> bool:

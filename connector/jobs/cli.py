@@ -13,7 +13,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -21,9 +21,13 @@ from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
 from connector.cli import max_concurrency_option
 from connector.destinations.registry import export_formats
 from connector.driver import drive, print_json
-from connector.errors import ConfigError
+from connector.errors import ConfigError, ConnectorError, ExitCode
 from connector.modes import WRITE_MODES
 from connector.results import RunSummary
+
+if TYPE_CHECKING:
+    from connector.api.client import RequestCounts
+    from connector.jobs.config import Job
 
 __all__ = ["export", "load", "sync"]
 
@@ -74,6 +78,15 @@ __all__ = ["export", "load", "sync"]
     "it is left as it was, named, and the run ends partial (exit 3) [default: sync.schema, "
     "else evolve].",
 )
+@click.option(
+    "--metrics-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="After the run, also a failed or stopped one, write its metrics (rows per table, "
+    "requests, retries, status, duration, last successes) to this .prom file for "
+    "node_exporter's textfile collector, replaced atomically; needs the [metrics] extra. "
+    "Not on --dry-run [default: sync.metrics_file].",
+)
 @click.pass_context
 def sync(
     ctx: click.Context,
@@ -85,6 +98,7 @@ def sync(
     verify: bool,
     lookback: str | None,
     contract: str | None,
+    metrics_file: Path | None,
 ) -> None:
     """Run the job in JOB_FILE: push its spreadsheets, then sync its tables.
 
@@ -111,6 +125,7 @@ def sync(
     """
     from dataclasses import replace
 
+    from connector.api.client import RequestCounts
     from connector.jobs.config import load_job, parse_duration
 
     if lookback is not None:
@@ -124,6 +139,8 @@ def sync(
     as_json = log_format == "json"
     report = _json_event if as_json else _TextReport()
     name = [job_file.stem]  # the job's name once its file is read
+    metered: list[Job] = []  # the job, once its metrics file is known to be writable
+    counts = RequestCounts()
 
     def body() -> RunSummary:
         from connector.jobs.run import run_job  # under stop_signals: a stop while it imports
@@ -136,16 +153,43 @@ def sync(
             job = replace(job, lookback=seconds)
         if contract is not None:
             job = replace(job, schema=contract)  # type: ignore[arg-type]
-        return run_job(job, dry_run=dry_run, wait=wait, report=report, verify=verify)
+        if metrics_file is not None:
+            job = replace(job, metrics_file=metrics_file.resolve())
+        if job.metrics_file is not None and not dry_run:
+            from connector.metrics import check_metrics_file
+
+            where = "--metrics-file" if metrics_file else f"{job_file}: sync.metrics_file"
+            check_metrics_file(job.metrics_file, job.name, where)
+            metered.append(job)
+        return run_job(job, dry_run=dry_run, wait=wait, report=report, verify=verify,
+                       counts=counts)
 
     def finish(summary: RunSummary) -> None:  # a run stopped before it began (a lock wait)
         report("finish", **{k: v for k, v in summary.to_dict().items()
                             if k not in ("tables", "pushes")})
 
+    def metrics(summary: RunSummary) -> None:  # not for a run the lock kept from starting
+        if metered and summary.exit_code != ExitCode.LOCKED:
+            _write_metrics(metered[0], summary, counts, as_json)
+
     drive(
         ctx, lambda: name[0], body, as_json=as_json, indent=None, dry_run=dry_run,
-        text=_sync_text, events=finish,
+        text=_sync_text, events=finish, ended=metrics,
     )
+
+
+def _write_metrics(job: Job, summary: RunSummary, counts: RequestCounts, as_json: bool) -> None:
+    """The run's metrics file; a failure to write it is one error line (a JSON ``error``
+    event), and the run's exit code stands."""
+    from connector.metrics import write_metrics
+
+    try:
+        write_metrics(job, summary, counts)
+    except ConnectorError as exc:
+        if as_json:
+            _json_event("error", error=str(exc))
+        else:
+            click.secho(f"error: {exc}", fg="red", err=True)
 
 
 def _sync_text(summary: RunSummary) -> None:

@@ -3,7 +3,7 @@
 A job names where data comes from (`[source]`), which tables (`[tables]`), where they go
 (`[[destination]]`: one key naming a kind of `connector.destinations.registry` and its
 location, a mode), how (`[sync]`: incremental or full, the lookback window, what to do with
-deleted rows, the schema contract) and optionally which
+deleted rows, the schema contract, where to write metrics) and optionally which
 spreadsheets to push into tables first (`[[push]]`). Every error names the file, the key
 path (``destination[1].url``) and what is wrong; unknown keys are errors, so a typo never
 silently changes what a nightly job does. Relative paths are relative to the job file.
@@ -214,6 +214,9 @@ class Job:
     schema: SchemaContract = "evolve"
     #: A command's job (`export`, `load`): every table read in full, no state file, no lock.
     one_shot: bool = False
+    #: Where a sync writes the run's metrics for Prometheus (``[sync] metrics_file``,
+    #: `connector.metrics`); None: nowhere.
+    metrics_file: Path | None = None
 
     @property
     def state_path(self) -> Path:
@@ -391,6 +394,7 @@ class _Parser:
         verify_every = sync.integer("verify_every", 0, low=0, high=1_000_000)
         lookback = self.duration(sync, "lookback", DEFAULT_LOOKBACK)
         contract = cast(SchemaContract, sync.choice("schema", SCHEMA_CONTRACTS, "evolve"))
+        metrics_file = sync.string("metrics_file")
         sync.done()
         destinations = self.destinations(top.get("destination"), incremental)
         pushes = self.pushes(top.get("push"))
@@ -412,6 +416,7 @@ class _Parser:
             verify_every=verify_every,
             lookback=lookback,
             schema=contract,
+            metrics_file=self.path(metrics_file) if metrics_file else None,
         )
 
     def duration(self, section: _Section, name: str, default: float) -> float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -24,8 +24,15 @@ _POLL_SECONDS = 0.05
 
 
 @contextmanager
-def job_lock(path: Path, *, wait: float = 0.0, job: str = "") -> Iterator[None]:
-    """Hold the job's lock for the block; wait up to `wait` seconds for it, else JobLocked."""
+def job_lock(
+    path: Path,
+    *,
+    wait: float = 0.0,
+    job: str = "",
+    on_wait: Callable[[str], None] | None = None,
+) -> Iterator[None]:
+    """Hold the job's lock for the block; wait up to `wait` seconds for it, else JobLocked.
+    `on_wait(holder)` hears once that the run waits (holder: "" or " as process N")."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -35,6 +42,9 @@ def job_lock(path: Path, *, wait: float = 0.0, job: str = "") -> Iterator[None]:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                if on_wait is not None and wait > 0:
+                    on_wait(_holder(fd))
+                    on_wait = None
                 if time.monotonic() >= deadline:
                     holder = _holder(fd)
                     raise JobLocked(

@@ -45,6 +45,7 @@ from typing import Any
 import httpx
 
 from connector.api import Client
+from connector.api.client import RequestCounts
 from connector.api.retry import RetryEvent
 from connector.destinations import Destination, open_destination
 from connector.errors import ConfigError, ConnectorError
@@ -75,13 +76,14 @@ def run_job(
     transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
     verify: bool = False,
     show_progress: bool | None = False,
+    counts: RequestCounts | None = None,
 ) -> RunSummary:
     """Run `job` once. Raises ConfigError / JobLocked before doing anything; API and
     destination failures are reported in the summary (status failed or partial).
 
     `verify` compares every row with the server and repairs (see the module docstring); a
     job's ``verify_every`` turns it on every Nth run. `show_progress`: bars on stderr (None:
-    when it is a terminal).
+    when it is a terminal). `counts` tallies the run's requests (`connector.metrics`).
     """
     emit: Reporter = report or _quiet
     base_url, key = job.source.resolve(environ, one_shot=job.one_shot, job_file=job.path)
@@ -90,7 +92,7 @@ def run_job(
     on_retry = None if report is None else (lambda event: emit("retry", **event.as_dict()))
     with stop_signals():
         return _Runner(job, base_url, key, dry_run, emit, transport, verify, show_progress,
-                       on_retry).run(wait)
+                       on_retry, counts).run(wait)
 
 
 class _Runner:
@@ -107,10 +109,12 @@ class _Runner:
         verify: bool,
         show_progress: bool | None,
         on_retry: Callable[[RetryEvent], None] | None,
+        counts: RequestCounts | None,
     ) -> None:
         self.job, self.base_url, self.key = job, base_url, key
         self.dry_run, self.emit, self.transport = dry_run, emit, transport
         self.verify, self.show_progress, self.on_retry = verify, show_progress, on_retry
+        self.counts = counts
         self.started, self.began = now(), time.monotonic()
         self.tables: list[TableResult] = []
         self.pushes: list[PushResult] = []
@@ -125,7 +129,10 @@ class _Runner:
         if stateful:
             from connector.jobs.lock import job_lock
 
-            lock: Any = job_lock(job.lock_path, wait=wait, job=job.name)
+            def waiting(holder: str) -> None:
+                self.emit("waiting", job=job.name, seconds=wait, holder=holder.strip())
+
+            lock: Any = job_lock(job.lock_path, wait=wait, job=job.name, on_wait=waiting)
         else:
             lock = nullcontext()
         error: str | None = None
@@ -196,6 +203,7 @@ class _Runner:
             self.client = client = stack.enter_context(Client(
                 self.base_url, self.key, transport=self.transport, max_wait=job.source.max_wait,
                 on_retry=self.on_retry, max_concurrency=job.source.max_concurrency,
+                counts=self.counts,
                 url_source=job.source.url_source(one_shot=job.one_shot, job_file=job.path),
                 key_source=job.source.key_source(one_shot=job.one_shot, job_file=job.path),
             ))

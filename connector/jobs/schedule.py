@@ -23,7 +23,7 @@ from connector.errors import AuthError, ConfigError, ConnectorError, PermissionD
 from connector.jobs.choose import Chosen, Filter
 from connector.jobs.context import RunContext
 from connector.jobs.table import TableSync
-from connector.process import STOP_GRACE, raise_if_stopped
+from connector.process import STOP_GRACE, TABLE_THREADS, raise_if_stopped
 from connector.progress import Progress, progress
 from connector.results import TableResult
 from connector.schema import Table
@@ -59,7 +59,7 @@ def run_tables(run: RunContext, chosen: Chosen) -> list[TableResult]:
 def _on_threads(
     run: RunContext, work: list[tuple[Table, Filter]], workers: int, tmp: Path
 ) -> None:
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="connector-table")
+    pool = ThreadPoolExecutor(workers, thread_name_prefix=TABLE_THREADS)
     futures = [pool.submit(_one_table, run, t, f, tmp) for t, f in work]
     try:
         pending: set[Future[TableResult | None]] = set(futures)

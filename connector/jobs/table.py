@@ -81,8 +81,11 @@ class TableSync:
     def run(self) -> TableResult:
         job, table = self.job, self.table
         previous = None if job.one_shot else self.context.state.table(table.id)
-        with self.context.writing(self.destinations):
-            stored = [d.stored(self.target) for d in self.destinations]
+        with self.context.writing(self.destinations):  # what each holds, where it matters:
+            stored = [  # an incremental read needs every table there; a merge or append evolves
+                d.stored(self.target) if job.incremental or d.config.mode != "replace" else None
+                for d in self.destinations
+            ]
         ops = self._column_changes(previous, stored)
         changes = tuple(map(str, ops))
         if ops and job.schema == "freeze":

@@ -44,6 +44,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from connector.server import openapi, query
 from connector.server.columns import TableDef
 from connector.server.faults import BadSetting, Faults, disturb_read
+from connector.server.keys import ApiKey
 from connector.server.late import LateWrites
 from connector.server.limits import (
     BODY_TIMEOUT,
@@ -54,7 +55,7 @@ from connector.server.limits import (
 )
 from connector.server.problems import ApiProblem, bad_request, echo, invalid, not_found
 from connector.server.ratelimit import RateLimiter
-from connector.server.storage import ApiKey, Storage
+from connector.server.storage import Storage
 
 MAX_BULK_ROWS = 100
 #: Keys remembered per address as having authenticated there (see `_authenticate`).

@@ -21,26 +21,23 @@ so a table created by another process is visible at once.
 from __future__ import annotations
 
 import bisect
-import datetime as dt
-import hashlib
 import hmac
-import random
 import secrets
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from connector.server import alter
 from connector.server.columns import ColumnDef, SpecError, TableDef, parse_spec
+from connector.server.keys import ApiKey, hash_key, new_key
 from connector.server.paging import OffsetIndex
 from connector.server.problems import ApiProblem, echo, not_found
 from connector.server.query import RowQuery
+from connector.server.rows import Clock, Page, iso, row_dict, row_id, wire_size
 
 DEFAULT_DB = "connector-server.db"
 
@@ -74,102 +71,6 @@ CREATE TABLE IF NOT EXISTS keys (
     admin INTEGER NOT NULL DEFAULT 0
 );
 """
-
-
-@dataclass(frozen=True)
-class ApiKey:
-    """What a key may do: write or only read; every table, or only `tables` (ids); and,
-    if `admin`, change a server's faults (``--fault-control``'s ``/v1/_faults``).
-
-    `digest` (the stored hash) identifies the key, e.g. for rate limiting, without the key.
-    """
-
-    digest: str
-    read_only: bool
-    tables: frozenset[str] | None
-    admin: bool = False
-
-    def may_read(self, table_id: str) -> bool:
-        return self.tables is None or table_id in self.tables
-
-    def may_write(self, table_id: str) -> bool:
-        return not self.read_only and self.may_read(table_id)
-
-
-@dataclass(frozen=True)
-class Page:
-    """A page of rows as stored: (id, created_at, updated_at, fields JSON) records.
-
-    `cut` is True when the page holds fewer rows than asked because more would have made
-    the response larger than the size asked for (see `Storage.list_rows`).
-    """
-
-    records: list[tuple[str, str, str, str]]
-    total: int
-    cut: bool = False
-
-    @property
-    def rows(self) -> list[dict[str, Any]]:
-        """The rows as Python values."""
-        return [_row(r[0], r[1], r[2], orjson.loads(r[3])) for r in self.records]
-
-    def wire_rows(self) -> list[dict[str, Any]]:
-        """The rows for a JSON response: stored `fields` text goes out as is, unparsed."""
-        return [_row(r[0], r[1], r[2], orjson.Fragment(r[3])) for r in self.records]
-
-
-def wire_size(record: tuple[Any, ...]) -> int:
-    """Bytes a stored row takes in a JSON page: its `fields` text plus the rest, roughly."""
-    fields: str = record[3]
-    return (len(fields) if fields.isascii() else len(fields.encode())) + 128
-
-
-def hash_key(raw: str) -> str:
-    """Keys are random 256-bit tokens, so a plain SHA-256 is a safe one-way store."""
-    return hashlib.sha256(raw.encode()).hexdigest()
-
-
-def new_key() -> str:
-    return "key_" + secrets.token_urlsafe(32)
-
-
-class Clock:
-    """ISO 8601 UTC timestamps with microseconds, strictly increasing within a process.
-
-    Rows created in one bulk request get distinct, ordered stamps, so (created_at, id)
-    is request order. Returned as microseconds since the epoch; `iso` formats them.
-    """
-
-    def __init__(self) -> None:
-        self._last = 0
-        self._lock = threading.Lock()
-
-    def ticks(self, n: int = 1) -> range:
-        """`n` consecutive, never reused microsecond stamps."""
-        with self._lock:
-            start = max(time.time_ns() // 1000, self._last + 1)
-            self._last = start + n - 1
-        return range(start, start + n)
-
-    def now(self) -> str:
-        return iso(self.ticks()[0])
-
-
-_EPOCH = dt.datetime(1970, 1, 1)
-
-
-def iso(micros: int) -> str:
-    """"2024-05-06T07:08:09.123456Z" for microseconds since the epoch."""
-    return (_EPOCH + dt.timedelta(microseconds=micros)).isoformat(timespec="microseconds") + "Z"
-
-
-def row_id(micros: int) -> str:
-    """Ids lead with the creation time, so new rows append to the primary-key index.
-
-    The random tail only keeps ids unique across processes writing the same file; ids are
-    not secrets, so `random` (not `secrets`) is enough.
-    """
-    return f"row_{micros:013x}{random.getrandbits(32):08x}"
 
 
 class Storage:
@@ -430,7 +331,7 @@ class Storage:
         rows = []
         for tick, cell in zip(self.clock.ticks(len(cells)), cells, strict=True):
             stamp = iso(tick)
-            rows.append(_row(row_id(tick), stamp, stamp, table.present(cell)))
+            rows.append(row_dict(row_id(tick), stamp, stamp, table.present(cell)))
         return rows
 
     def put_rows(self, table: TableDef, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -485,14 +386,14 @@ class Storage:
             )
             version = self._touch(db, table.id, 0)
         self._carry(table.id, version, added=[], removed=[])
-        return _row(row_id, created_at, stamp, fields)
+        return row_dict(row_id, created_at, stamp, fields)
 
     def row(self, table_id: str, row_id: str) -> dict[str, Any] | None:
         """The stored row as the API shows it, or None."""
         found = self._db.execute(
             "SELECT id, created_at, updated_at, fields FROM rows WHERE table_id = ? AND id = ?", (table_id, row_id)
         ).fetchone()
-        return None if found is None else _row(found[0], found[1], found[2], orjson.loads(found[3]))
+        return None if found is None else row_dict(found[0], found[1], found[2], orjson.loads(found[3]))
 
     def _current(self, db: sqlite3.Connection, table: TableDef) -> TableDef:
         """The table as stored now, inside a write: its columns may have changed (`alter_table`,
@@ -633,10 +534,6 @@ def _table(row: tuple[str, str, str, str]) -> TableDef:
         for c in orjson.loads(cols)
     )
     return TableDef(tid, name, columns, created)
-
-
-def _row(rid: str, created: str, updated: str, fields: Any) -> dict[str, Any]:
-    return {"id": rid, "fields": fields, "created_at": created, "updated_at": updated}
 
 
 def _filled(fields: dict[str, Any]) -> dict[str, Any]:

@@ -5,6 +5,8 @@ each take the same changes through `Destination.apply` and are read back with re
 their own (`tests.destinations.helpers.Place`), never through `scan` or `stored` except
 where those are the subject. What a spec expects is written out here by hand: the rows the
 test wrote, and the conversions `connector.destinations.evolve` promises, value by value.
+Iceberg runs every test here too, from tests/destinations/test_iceberg.py (its own place:
+a SQLite or a PostgreSQL catalog, read back with pyiceberg).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from connector.destinations.evolve import (
 )
 from connector.ids import IdSet
 from connector.schema import Column, Table, arrow_schema
-from tests.destinations.helpers import Place, to_batches
+from tests.destinations.helpers import Place, arrow_kind, to_batches
 from tests.destinations.samples import OPTIONS, ROWS, T0, TABLE, numbered
 
 PLACES = ["parquet", "sqlite", "postgresql", "duckdb", "delta", "parquet-s3", "delta-s3"]
@@ -65,7 +67,7 @@ def stamps(held: dict[str, dict[str, Any]] | None) -> dict[str, datetime | None]
     return {i: r[DELETED_AT] for i, r in held.items()}
 
 
-def renamed(row: dict[str, Any], **changes: Any) -> dict[str, Any]:
+def with_values(row: dict[str, Any], **changes: Any) -> dict[str, Any]:
     return {**row, **changes}
 
 
@@ -101,7 +103,7 @@ def place_name(place: Place) -> str:
 
 def test_append_adds_only_new_ids_and_counts_only_them(place: Place) -> None:
     place.apply(numbered(3))
-    edited = renamed(numbered(1)[0], Name="changed upstream", Amount=99.0)
+    edited = with_values(numbered(1)[0], Name="changed upstream", Amount=99.0)
     done = place.apply([edited, *numbered(2, start=1), *numbered(1, start=3)], mode="append")
     assert (done.written, done.deleted) == (1, 0)
     assert live(place.held()) == by_id(numbered(4))  # row_0 as it was
@@ -118,7 +120,7 @@ def test_append_into_a_missing_table_creates_it(place: Place) -> None:
 
 def test_merge_upserts_by_id_and_deletes_in_one_change(place: Place) -> None:
     place.apply(ROWS)
-    changed = renamed(ROWS[0], Name="Ada Lovelace", Amount=None, Status="closed", Paid=False)
+    changed = with_values(ROWS[0], Name="Ada Lovelace", Amount=None, Status="closed", Paid=False)
     new = numbered(1, start=8)[0]
     done = place.apply([changed, new], mode="merge", deleted=["row_2", "row_missing"])
     assert (done.written, done.deleted) == (2, 1)
@@ -128,7 +130,7 @@ def test_merge_upserts_by_id_and_deletes_in_one_change(place: Place) -> None:
 
 def test_merge_with_the_rows_ids_given_as_the_runner_gives_them(place: Place) -> None:
     place.apply(numbered(4))
-    rows = [renamed(numbered(1, start=1)[0], Name="new 1"), *numbered(1, start=9)]
+    rows = [with_values(numbered(1, start=1)[0], Name="new 1"), *numbered(1, start=9)]
     ids = IdSet.of([pa.array([r["_id"] for r in rows])])
     done = place.apply(rows, mode="merge", deleted=["row_0"], ids=ids)
     assert (done.written, done.deleted) == (2, 1)
@@ -142,7 +144,7 @@ def test_merge_into_a_missing_table_creates_it(place: Place) -> None:
 
 
 def test_a_long_merge_deletes_exactly_the_ids_asked(place: Place) -> None:
-    place.apply(numbered(1200), )
+    place.apply(numbered(1200))
     doomed = [f"row_{i}" for i in range(0, 1200, 2)] + ["row_nope"]
     done = place.apply([], mode="merge", deleted=doomed)
     assert (done.written, done.deleted) == (0, 600)
@@ -178,7 +180,7 @@ def test_a_first_merge_of_deletes_only_creates_a_marked_table(place: Place) -> N
 def test_an_update_only_merge_into_a_marked_table(place: Place) -> None:
     """Delta once failed this ("No field named s._deleted_at")."""
     place.apply(numbered(3), mode="merge", mark=True)
-    updated = renamed(numbered(1, start=1)[0], Name="updated")
+    updated = with_values(numbered(1, start=1)[0], Name="updated")
     done = place.apply([updated], mode="merge", mark=True)
     assert (done.written, done.deleted) == (1, 0)
     assert live(place.held()) == by_id([numbered(1)[0], updated, numbered(1, start=2)[0]])
@@ -188,7 +190,7 @@ def test_an_update_only_merge_into_a_marked_table(place: Place) -> None:
 def test_deletes_before_creates_before_updates_with_marks(place: Place) -> None:
     place.apply([], mode="merge", deleted=["row_1"], mark=True)
     place.apply(numbered(2), mode="merge", mark=True)
-    done = place.apply([renamed(numbered(1)[0], Name="again")], mode="merge", deleted=["row_1"],
+    done = place.apply([with_values(numbered(1)[0], Name="again")], mode="merge", deleted=["row_1"],
                        mark=True)
     assert (done.written, done.deleted) == (1, 1)
     held = place.held()
@@ -210,7 +212,7 @@ def test_marks_stamp_once_and_a_returning_row_loses_its_mark(place: Place) -> No
     marked = place.held()
     assert marked is not None and marked["row_2"]["Name"] == "row 2"  # values kept
 
-    back = renamed(numbered(1, start=3)[0], Name="back")
+    back = with_values(numbered(1, start=3)[0], Name="back")
     done = place.apply([back], mode="merge", deleted=["row_2", "row_0"], mark=True)
     assert (done.written, done.deleted) == (1, 1)  # row_2 was marked already: not counted
     second = stamps(place.held())
@@ -223,7 +225,7 @@ def test_an_append_leaves_marked_rows_as_they_are(place: Place) -> None:
     place.apply(numbered(3), mode="merge", mark=True)
     place.apply([], mode="merge", deleted=["row_1"], mark=True)
     stamp = stamps(place.held())["row_1"]
-    done = place.apply([renamed(numbered(1, start=1)[0], Name="back?"), *numbered(1, start=5)],
+    done = place.apply([with_values(numbered(1, start=1)[0], Name="back?"), *numbered(1, start=5)],
                        mode="append")
     assert (done.written, done.deleted) == (1, 0)
     held = place.held()
@@ -279,7 +281,7 @@ def test_stored_is_none_without_a_table_and_the_held_columns_with_one(place: Pla
     place.apply(numbered(1), mode="merge", mark=True)
     schema = stored(place)
     assert schema is not None
-    assert schema.names == list(place.types())
+    assert {f.name: arrow_kind(f.type) for f in schema} == place.types()
     assert schema.names == [*arrow_schema(TABLE).names, DELETED_AT]
     other = Table("tbl_other", "other", (Column("x", "text"),))
     assert stored(place, other) is None
@@ -466,7 +468,7 @@ def test_several_changes_at_once_with_an_append(place: Place) -> None:
     )
     new = {"_id": "row_9", "_created_at": T0, "_updated_at": T0, "Title": "t", "Status": "open",
            "Amount": "many", "Due": None, "Notes": True}
-    done = place.apply([new, renamed(new, _id="row_1")], table=after, mode="append", evolve=ops)
+    done = place.apply([new, with_values(new, _id="row_1")], table=after, mode="append", evolve=ops)
     assert (done.written, done.deleted) == (1, 0)
     as_text = {"row_1": "12.5", "row_2": "-0.1", "row_3": None, "row_4": "1e+300"}
     expected = {r["_id"]: {"_id": r["_id"], "_created_at": r["_created_at"],
@@ -521,3 +523,33 @@ def test_a_failing_row_stream_leaves_the_table_as_it_was(place: Place, how: str)
     assert place.tables() == tables
     if version is not None:
         assert place.delta_version() == version
+
+
+# --- names --------------------------------------------------------------------------------
+
+HOSTILE = Table("tbl_h", 'x"; drop table y; -- ü', (
+    Column("select", "text", id="c1"),
+    Column('we"ird `col`', "number", id="c2"),
+    Column("Order Date", "date", id="c3"),
+    Column("from", "choice", id="c4", options=("a", "b")),
+))
+
+
+def test_hostile_table_and_column_names(place: Place) -> None:
+    row = {"_id": "r'1", "_created_at": T0, "_updated_at": T0, "select": "s",
+           'we"ird `col`': 1.5, "Order Date": date(2024, 1, 2), "from": "b"}
+    other = {**row, "_id": 'r"2', "select": "other"}
+    place.apply([row, other], table=HOSTILE, mode="merge", mark=True)
+    changed = {**row, "select": "changed", 'we"ird `col`': None}
+    done = place.apply([changed], table=HOSTILE, mode="merge", mark=True, deleted=['r"2'])
+    assert (done.written, done.deleted) == (1, 1)
+    renamed = Table(HOSTILE.id, HOSTILE.name, (
+        Column("select", "text", id="c1"), Column("x`y\"z", "number", id="c2"),
+        *HOSTILE.columns[2:]))
+    place.apply([], table=renamed, mode="merge", mark=True,
+                evolve=(RenameColumn('we"ird `col`', "x`y\"z"),))
+    held = place.held(HOSTILE.name)
+    assert held is not None
+    assert {i: (r["select"], r["x`y\"z"], r[DELETED_AT] is None) for i, r in held.items()} == {
+        "r'1": ("changed", None, True), 'r"2': ("other", 1.5, False)}
+    assert scan(place, ["_id", "x`y\"z"], renamed).to_pylist() == [{"_id": "r'1", "x`y\"z": None}]

@@ -1,6 +1,6 @@
 """Delta Lake destinations: each write one commit; read back with deltalake and DuckDB.
 
-Local folders and a real S3-compatible server (moto). A merge's upserts and deletions (or
+Local folders, a real S3-compatible server (moto) and Azure Blob (Azurite). A merge's upserts and deletions (or
 marks) are one version of the table; a write that fails leaves the previous version.
 """
 
@@ -23,6 +23,7 @@ from connector.errors import DestinationError
 from tests.destinations.helpers import apply, config
 from tests.destinations.samples import ROWS, batch, batches, numbered
 from tests.destinations.test_cli import EXPECTED, FIELDS, SPEC
+from tests.fixtures.azurite import AzureContainer
 from tests.fixtures.s3 import S3Bucket
 from tests.fixtures.server import RunningServer
 
@@ -79,28 +80,56 @@ def test_export_to_delta_keeps_types_and_replaces_in_one_commit(
     assert DeltaTable(str(tmp_path / "lake" / "orders"), version=0).to_pyarrow_table().num_rows == 3
 
 
-def test_export_to_delta_on_s3(orders: tuple[RunningServer, str], s3: S3Bucket) -> None:
-    server, _ = orders
-    result = run(server, "export", "--format", "delta", "--out", s3.url("lake"))
+@pytest.fixture(params=["s3", "az"])
+def store(request: pytest.FixtureRequest) -> S3Bucket | AzureContainer:
+    """A bucket or container on an object store Delta runs on (gs://: tests/jobs/test_lake_jobs.py)."""
+    store: S3Bucket | AzureContainer = request.getfixturevalue(
+        "s3" if request.param == "s3" else "azure"
+    )
+    return store
+
+
+def options_for(store: S3Bucket | AzureContainer) -> dict[str, str]:
+    return s3_options(store) if isinstance(store, S3Bucket) else store.delta_options()
+
+
+def test_export_to_delta_on_object_storage(
+    orders: tuple[RunningServer, str], store: S3Bucket | AzureContainer
+) -> None:
+    server, table_id = orders
+    result = run(server, "export", "--format", "delta", "--out", store.url("lake"))
     assert result.exit_code == 0, result.output
-    assert f"-> s3://{s3.name}/lake/orders" in result.output
-    assert any(k.startswith("lake/orders/_delta_log/") for k in s3.objects())
-    table = DeltaTable(s3.url("lake/orders"), storage_options=s3_options(s3))
+    assert f"-> {store.url('lake/orders')}" in result.output
+    assert any(k.startswith("lake/orders/_delta_log/") for k in store.objects())
+    table = DeltaTable(store.url("lake/orders"), storage_options=options_for(store))
     assert by_name(table.to_pyarrow_table().to_pylist()) == EXPECTED
     assert duck(table, "SELECT count(*) FROM t WHERE Paid") == [(1,)]
 
+    server.insert_rows(table_id, [{"Name": "Zed"}])
+    assert run(server, "export", "--format", "delta", "--out", store.url("lake")).exit_code == 0
+    table = DeltaTable(store.url("lake/orders"), storage_options=options_for(store))
+    assert table.version() == 1  # the replace was one commit
+    assert sorted(r["Name"] for r in table.to_pyarrow_table().to_pylist()) == sorted([*EXPECTED, "Zed"])
 
-@pytest.fixture(params=["local", "s3"])
+
+@pytest.fixture(params=["local", "s3", "az"])
 def lake(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """The folder of Delta tables: a local one, or a prefix on the S3 server."""
+    """The folder of Delta tables: a local one, or a prefix on the S3 server or Azurite."""
     if request.param == "local":
         return str(tmp_path / "lake")
-    s3: S3Bucket = request.getfixturevalue("s3")
-    return s3.url("lake")
+    store: S3Bucket | AzureContainer = request.getfixturevalue(
+        "s3" if request.param == "s3" else "azure"
+    )
+    return store.url("lake")
 
 
 def reader_options(uri: str, request: pytest.FixtureRequest) -> dict[str, str] | None:
-    return s3_options(request.getfixturevalue("s3")) if uri.startswith("s3://") else None
+    if uri.startswith("s3://"):
+        return s3_options(request.getfixturevalue("s3"))
+    if uri.startswith("az://"):
+        container: AzureContainer = request.getfixturevalue("azure")
+        return container.delta_options()
+    return None
 
 
 def delta(lake: str, mode: str = "replace") -> DestinationConfig:

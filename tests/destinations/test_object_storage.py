@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -156,13 +157,23 @@ def _environ() -> dict[str, str]:
 # -- killed mid-upload: the previous object stays
 
 
-class StallingProxy:
-    """A TCP proxy to the S3 server that forwards a PUT's headers and the first
-    `body_bytes` of its body, then holds the rest: the upload is provably mid-way."""
+def parquet_put(head: bytes) -> bool:
+    """S3's (and Azure's) upload of a Parquet object: one PUT to its key."""
+    return head.startswith(b"PUT ") and b".parquet" in head
 
-    def __init__(self, upstream_port: int, body_bytes: int) -> None:
+
+class StallingProxy:
+    """A TCP proxy to a storage server that forwards the headers of the first request
+    `stalls(head)` picks (by default a Parquet PUT) and the first `body_bytes` of its body,
+    then holds the rest: the upload is provably mid-way. `upstream_port` may be set after
+    the proxy is made, before its first connection."""
+
+    def __init__(
+        self, upstream_port: int, body_bytes: int, stalls: Callable[[bytes], bool] = parquet_put
+    ) -> None:
         self.upstream_port = upstream_port
         self.body_bytes = body_bytes
+        self.stalls = stalls
         self.stalled = threading.Event()
         self.put_seen = 0
         self._listener = socket.socket()
@@ -187,7 +198,7 @@ class StallingProxy:
         body_sent: int | None = None  # bytes of a PUT body forwarded on this connection
         try:
             while data := source.recv(65536):
-                if requests and body_sent is None and data.startswith(b"PUT ") and b".parquet" in data:
+                if requests and body_sent is None and self.stalls(data):
                     head, _, rest = data.partition(b"\r\n\r\n")
                     sink.sendall(head + b"\r\n\r\n")
                     body_sent, data = 0, rest

@@ -144,7 +144,9 @@ def test_a_signal_while_waiting_for_the_lock_reports_interrupted(
     scratch.mkdir()
     with job_lock(tmp_path / "job.lock", wait=0, job="job"):
         run = start(workspace, job, scratch, "--log-format", "json", "--wait", "60")
-        time.sleep(1.5)
+        assert run.stderr is not None
+        waiting = json.loads(run.stderr.readline())  # it says it waits before it does
+        assert (waiting["event"], waiting["seconds"]) == ("waiting", 60)
         run.send_signal(signal.SIGTERM)
         out, err = run.communicate(timeout=30)
 

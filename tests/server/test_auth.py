@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from connector.server.app import create_app
-from connector.server.storage import ApiKey, Storage, hash_key
+from connector.server.keys import ApiKey, hash_key
+from connector.server.storage import Storage
 from tests.server.conftest import PEOPLE, make_client
 
 
