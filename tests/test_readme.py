@@ -41,6 +41,7 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
+from connector.destinations.registry import job_keys
 from connector.jobs.config import load_job
 from tests.fixtures.postgres import PostgresServer
 from tests.fixtures.s3 import S3Server
@@ -182,9 +183,16 @@ def test_the_job_file_reference_is_a_job_file_that_loads(tmp_path: Path) -> None
     job.write_text(reference)
     (tmp_path / "prices.xlsx").touch()  # the [[push]] file is the reader's
     loaded = load_job(job)
-    assert loaded.name == "nightly"
-    assert [d.kind for d in loaded.destinations] == ["parquet", "sql", "delta"]
-    assert loaded.lookback == 300.0
+    written = tomllib.loads(reference)
+    assert loaded.name == written["name"]
+    kinds = []
+    for destination in written["destination"]:
+        (key,) = set(destination) & set(job_keys())
+        scheme = destination[key].partition(":")[0]
+        kinds.append(key if key != "url" else "duckdb" if scheme == "duckdb" else "sql")
+    assert [d.kind for d in loaded.destinations] == kinds
+    assert [p.table for p in loaded.pushes] == [p["table"] for p in written["push"]]
+    assert written["sync"]["lookback"] == "5m" and loaded.lookback == 300.0
 
 
 # -- the walkthrough ----------------------------------------------------------------------
@@ -439,6 +447,20 @@ def _check_duckdb(reader: Reader) -> None:
         _assert_holds_the_server(reader, held)
 
 
+def _check_iceberg(reader: Reader) -> None:
+    """An Iceberg table per table in the SQLite catalog the README says, read back."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    lake = reader.home / "lake"
+    catalog = SqlCatalog("connector", uri=f"sqlite:///{lake / 'catalog.db'}", warehouse=str(lake))
+
+    def held(name: str) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = catalog.load_table(("tabledata", name)).scan().to_arrow().to_pylist()
+        return rows
+
+    _assert_holds_the_server(reader, held)
+
+
 def _check_workspace_db(reader: Reader) -> None:
     """The server run on the database the README built: its Leads table, seen with the key
     `keys create` printed, after the column changes made while it ran."""
@@ -463,6 +485,7 @@ CHECKS: dict[str, Callable[[Reader], None]] = {
     "connector load --to postgresql://etl@localhost/analytics --mode merge": _check_postgres,
     "connector export --out s3://lake/crm/ --format delta": _check_delta,
     "connector load --to duckdb:///analytics.duckdb": _check_duckdb,
+    "connector export --out lake/ --format iceberg": _check_iceberg,
     "connector server alter-table drop-column --db workspace.db Leads Score": _check_workspace_db,
 }
 
