@@ -115,7 +115,7 @@ def test_each_extra_installs_what_connector_extras_names(installed: Installed) -
     metadata = _metadata(installed.wheel)
     provided = {v for k, v in metadata if k == "Provides-Extra"}
     requires = [v for k, v in metadata if k == "Requires-Dist"]
-    assert set(EXTRAS.values()) | {"bench", "dev"} == provided
+    assert set(EXTRAS.values()) | {"bench", "dev", "docs"} == provided
     for module, extra in EXTRAS.items():  # the extra's requirement provides the module
         assert any(re.match(rf"{module}\b.*; extra == \"{extra}\"$", r) for r in requires), (
             module,
@@ -126,7 +126,7 @@ def test_each_extra_installs_what_connector_extras_names(installed: Installed) -
         r for r in requires if r.startswith("table-data-connector[") and 'extra == "dev"' in r
     ]
     # `make test` on a fresh machine installs `.[dev]`: every extra the suite exercises.
-    assert {"s3", "duckdb", "delta", "dagster"} <= set(
+    assert {"s3", "duckdb", "delta", "dagster", "docs"} <= set(
         re.search(r"\[(.*)\]", dev_extras).group(1).split(",")  # type: ignore[union-attr]
     )
     assert any(r.startswith("moto[server]") and 'extra == "dev"' in r for r in requires)
