@@ -1,4 +1,4 @@
-"""PostgreSQL load: our `load_table` against `COPY` from a CSV file and `DataFrame.to_sql`.
+"""PostgreSQL load: our SQL destination (`apply`, replace) against `COPY` from a CSV file and `DataFrame.to_sql`.
 
 All three load the same 200,000 rows (every column type, some nulls) into a throwaway
 PostgreSQL server this benchmark starts itself. Goals: at least 0.5x the rows/s of a bare
@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import sqlalchemy as sa
 
-from connector.load.sql import load_table
+from connector.destinations import DestinationConfig, TableChange, Target, open_destination
 from connector.schema import Column, Table, arrow_schema, frame_from_arrow
 from tests.fixtures.postgres import start_postgres
 
@@ -100,7 +100,15 @@ def main() -> None:
             def batches() -> Iterator[pa.RecordBatch]:
                 return iter(data.to_batches(max_chunksize=BATCH_ROWS))
 
-            ours = _timed("load_table (replace, COPY)", lambda: load_table(batches(), TABLE, engine))
+            def ours_load() -> None:
+                config = DestinationConfig("sql", server.url(), "replace", "bench")
+                destination = open_destination(config)
+                try:
+                    destination.apply(Target(TABLE, TABLE.name), TableChange("replace", batches()))
+                finally:
+                    destination.close()
+
+            ours = _timed("SQL destination (replace, COPY)", ours_load)
             _check(engine, "bench")
 
             def copy_csv() -> None:

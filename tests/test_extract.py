@@ -302,15 +302,6 @@ def test_one_page_size_table_edge_needs_no_extra_reads() -> None:
     assert offsets == [0]
 
 
-def test_rows_read_another_way_are_typed_the_same() -> None:
-    transport, _ = scripted_table([{"name": "N", "type": "number"}, {"name": "D", "type": "date"}],
-                                  [{"N": "1.5", "D": "2024-01-02"}, {"N": None, "D": ""}])
-    with Client("http://api.test/v1", "k", transport=transport) as client:
-        extraction = Extraction(client, client.get_table("tbl_1"))
-        page = client.list_rows("tbl_1")
-        assert pa.Table.from_batches([extraction.cast(page.rows)]) == extraction.to_arrow()
-
-
 def test_arrow_types_are_exactly_the_schema_module_s() -> None:
     transport, _ = scripted_table([{"name": "S", "type": "choice", "options": ["a", "b"]}], [{"S": "b"}])
     with Client("http://api.test/v1", "k", transport=transport, retry=RetryPolicy.off()) as client:

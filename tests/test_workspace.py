@@ -159,9 +159,9 @@ def test_cli_schema_shows_columns_and_options(server: RunningServer, orders: str
                                        "options": ["Open", "Shipped"]}
 
 
-def test_cli_a_refused_key_is_one_line_exit_1_without_the_key(server: RunningServer) -> None:
+def test_cli_a_refused_key_is_one_line_exit_2_without_the_key(server: RunningServer) -> None:
     result = run(server, "tables", key="wrong-key-123")
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a key the server refuses is a configuration error
     assert "CONNECTOR_API_KEY" in result.output
     assert "Traceback" not in result.output
     assert "wrong-key-123" not in result.output

@@ -82,7 +82,7 @@ CASES: dict[str, Case] = {
                                          ("CONNECTOR_API_KEY", "control character")),
     "key empty": Case({**GOOD, "CONNECTOR_API_KEY": ""}, ("no API key", "CONNECTOR_API_KEY")),
     "key refused": Case({**GOOD, "CONNECTOR_API_KEY": "key_NotAKeyOfThisServer_12345"},
-                        ("the API key was refused", "CONNECTOR_API_KEY"), code=1),
+                        ("the API key was refused", "CONNECTOR_API_KEY"), code=2),
     # -- base URLs that cannot work: exit 2, "base URL must look like https://host/v1"
     "base URL without a scheme": Case({**GOOD, "CONNECTOR_BASE_URL": "127.0.0.1:{port}/v1"},
                                       ("base URL must look like https://host/v1", "no scheme",

@@ -158,7 +158,7 @@ CORPUS: dict[str, Case] = {
         csv(HEADER + GOOD), ("no table named 'Membres'",), code=2, args=("--table", "Membres"),
     ),
     "an API key the server refuses": Case(
-        csv(HEADER + GOOD), ("the API key was refused", "CONNECTOR_API_KEY"),
+        csv(HEADER + GOOD), ("the API key was refused", "CONNECTOR_API_KEY"), code=2,
         extra={"key": "not-a-key-of-this-server"},
     ),
     "a plan file that is not a plan": Case(

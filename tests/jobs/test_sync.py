@@ -239,7 +239,7 @@ def test_a_bad_key_fails_the_run_with_a_summary(workspace: Workspace, tmp_path: 
         environ={**workspace.environ, "JOB_KEY": "wrong"},
     )
 
-    assert (summary.status, summary.exit_code) == ("failed", 1)
+    assert (summary.status, summary.exit_code) == ("failed", 2)  # a refused key: configuration
     assert summary.error is not None and "401" in summary.error
     assert "wrong" not in json.dumps(summary.to_dict())
 

@@ -87,7 +87,9 @@ def test_excel_safe_neutralises_what_a_spreadsheet_would_run() -> None:
     assert [excel_safe(t) for t in ["=1+1", "+1", "-2", "@SUM(A1)", "\tx", "\rx"]] == [
         "'=1+1", "'+1", "'-2", "'@SUM(A1)", "'\tx", "'\rx"
     ]
-    assert [excel_safe(t) for t in ["", "a=b", "1", "'quoted"]] == ["", "a=b", "1", "'quoted"]
+    assert [excel_safe(t) for t in ["", "a=b", "1", "x'y"]] == ["", "a=b", "1", "x'y"]
+    # a leading ' is guarded too, so undoing the guard is exact (see undo_excel_safe)
+    assert excel_safe("'quoted") == "''quoted"
 
 
 def test_updates_and_deletes_too_large_for_one_request(
