@@ -57,11 +57,16 @@ class RowQuery:
         """Identifies the ordered result set (not the slice): pages of one query share it."""
         return (self.table_id, self.keys, self.descending, self.conditions)
 
-    def where(self) -> tuple[str, list[Any]]:
+    def where(self, *, seeking: bool = False) -> tuple[str, list[Any]]:
+        """The conditions. `seeking` (a page found by seeking a key of the order): a filter
+        on the order's own leading column is written so SQLite cannot use it as the index
+        range (``+created_at > ?``), or it starts at the filter's bound and walks every row
+        up to the key: each page then costs more the deeper it is (20-30 ms against 0.05)."""
         sql = ["table_id = ?"]
         params: list[Any] = [self.table_id]
+        lead = self.keys[0]
         for cond in self.conditions:
-            sql.append(cond.sql)
+            sql.append("+" + cond.sql if seeking and cond.sql.startswith(lead + " ") else cond.sql)
             if cond.value is not None:
                 params.append(cond.value)
         return " AND ".join(sql), params
@@ -91,7 +96,7 @@ class RowQuery:
         (equal cell, then created_at, id), then the later groups. Without `exact` (an
         OFFSET follows) it seeks to the group and filters by the whole key.
         """
-        where, params = self.where()
+        where, params = self.where(seeking=key is not None)
         select = f"SELECT id, created_at, updated_at, fields, {', '.join(self.keys)} FROM rows WHERE "
         if key is None:
             return [(f"{select}{where} ORDER BY {self.order_by()}", params)]
