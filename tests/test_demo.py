@@ -87,9 +87,13 @@ def test_make_demo_installs_only_the_core_and_make_install_the_dev_extra(tmp_pat
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes((ROOT / name).read_bytes())
 
+    # Run under `make test`, a child make would inherit its flags (and print directories).
+    without_make = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+
     def planned(target: str) -> list[str]:
         done = subprocess.run(
-            ["make", "-n", target], cwd=tmp_path, capture_output=True, text=True, check=True
+            ["make", "--no-print-directory", "-n", target], cwd=tmp_path, env=without_make,
+            capture_output=True, text=True, check=True,
         )
         return done.stdout.splitlines()
 

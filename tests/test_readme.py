@@ -84,6 +84,8 @@ ELSEWHERE: dict[str, str] = {
         "tests/test_scheduling.py::test_the_dagster_example_is_the_file_and_materialises_the_job",
     "python: import dlt":
         "tests/test_dlt.py::test_a_pipeline_mirrors_the_server_through_creates_updates_and_deletes",
+    "python: from connector.spark import TableDataSource":
+        "tests/test_spark.py::test_max_rps_paces_every_partition_to_its_share",
 }
 
 #: The README says 8000; the walkthrough uses a free port there.
