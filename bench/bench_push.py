@@ -370,7 +370,7 @@ def bench_scale() -> None:
                 return timed
 
             ours, theirs = Figures(), Figures()
-            for round_ in range(SCALE_RUNS):
+            for _ in range(SCALE_RUNS):
                 for sheet in sheets:  # each push undoes the one before: 1,000 updates each
                     ours.runs.append(push(sheet))
                 theirs.runs.append(run(export, env, root))

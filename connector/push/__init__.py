@@ -3,7 +3,7 @@
     source (CSV / xlsx / Parquet / DataFrame)
       -> validate   every problem at once, before any write (`ValidationReport`)
       -> plan       diff against the live table by key (`Plan`, JSON-serialisable)
-      -> apply      bulk creates, PATCHes of changed cells, bulk deletes (`PushResult`)
+      -> apply      bulk creates, PATCHes of changed cells, bulk deletes (`Applied`)
 
 `push` does it all in one call; `apply` applies a plan saved earlier, after checking that the
 rows it touches have not changed since. Each is one coroutine on the client's async core
@@ -27,7 +27,7 @@ from connector.errors import ConfigError, NotFound
 from connector.modes import MergedCells
 from connector.progress import progress as progress_bar
 from connector.push.apply import (
-    PushResult,
+    Applied,
     Rejected,
     apply_plan,
     write_rejects,
@@ -53,13 +53,13 @@ from connector.tables import resolve_table, table_not_found
 
 __all__ = [
     "MODES",
+    "Applied",
     "Counts",
     "DeleteGuard",
     "Mode",
     "Plan",
     "PlanError",
     "Problem",
-    "PushResult",
     "Rejected",
     "SourceError",
     "ValidationReport",
@@ -88,7 +88,7 @@ def push(
     null_values: Sequence[str] = (),
     excel_safe: bool = False,
     merged_cells: MergedCells = "refuse",
-) -> PushResult:
+) -> Applied:
     """Make `table` match `source` on `key` (columns, or ``"id"``), and report what was done.
 
     `mode` is ``insert``, ``update``, ``upsert`` or ``mirror`` (upsert, then delete the rows
@@ -128,7 +128,7 @@ def apply(
     rejects: str | Path | None = None,
     concurrency: int | None = None,
     progress: bool | None = None,
-) -> PushResult:
+) -> Applied:
     """Apply a saved plan; `PlanError` (nothing written) if the rows it touches changed since."""
     if not isinstance(plan, Plan):
         path = Path(plan)
@@ -156,18 +156,18 @@ async def _push(
     concurrency: int | None,
     progress: bool | None,
     date_format: str | None,
-) -> PushResult:
+) -> Applied:
     schema = table if isinstance(table, Table) else await _resolve(client, table)
     parsed = Key.parse(key, schema)
     prepared = validate(data, schema, parsed, date_format=date_format)
     live = await read_live_async(client, schema)
     plan = make_plan(prepared, live, cast(Mode, mode))
     if plan_out is None and dry_run:
-        return PushResult(plan, dry_run=True, seconds=time.perf_counter() - started)
+        return Applied(plan, dry_run=True, seconds=time.perf_counter() - started)
     check_delete_guard(plan, max_delete_ratio=max_delete_ratio, allow_delete=allow_delete)
     if plan_out is not None:
         _write_plan(Path(plan_out), plan)
-        return PushResult(plan, dry_run=True, seconds=time.perf_counter() - started)
+        return Applied(plan, dry_run=True, seconds=time.perf_counter() - started)
     result = await _apply(client, plan, rejects, concurrency, progress)
     return replace(result, seconds=time.perf_counter() - started)
 
@@ -175,7 +175,7 @@ async def _push(
 async def _apply_saved(
     client: AsyncClient, plan: Plan, rejects: str | Path | None, concurrency: int | None,
     progress: bool | None,
-) -> PushResult:
+) -> Applied:
     started = time.perf_counter()
     current = await client.get_table(plan.table.id)
     live = await read_live_async(client, current)
@@ -187,9 +187,9 @@ async def _apply_saved(
 async def _apply(
     client: AsyncClient, plan: Plan, rejects: str | Path | None, concurrency: int | None,
     progress: bool | None,
-) -> PushResult:
+) -> Applied:
     if plan.is_empty:
-        return PushResult(plan)
+        return Applied(plan)
     with progress_bar(f"push {plan.table.name}", plan.requests, enabled=progress) as bar:
         result = await apply_plan(client, plan, concurrency=concurrency, bar=bar)
     if rejects is not None and result.rejected:

@@ -57,7 +57,7 @@ from connector.push.plan import (
 )
 
 __all__ = [
-    "PushResult",
+    "Applied",
     "Rejected",
     "apply_plan",
     "excel_safe",
@@ -89,8 +89,9 @@ class Rejected:
 
 
 @dataclass(frozen=True)
-class PushResult:
-    """What a push planned and what it did. A dry run did nothing: all counts are zero."""
+class Applied:
+    """What a push planned and what its apply did (a dry run did nothing: all counts are
+    zero). A run reports it as a `connector.results.Applied` (`connector.push.report`)."""
 
     plan: Plan
     created: int = 0
@@ -116,6 +117,7 @@ class PushResult:
         )
 
     def summary(self) -> str:
+        """The one line people read: counts, requests and seconds."""
         return (
             f"created {self.created}, updated {self.updated}, deleted {self.deleted}, "
             f"rejected {len(self.rejected)}, requests {self.requests}, {self.seconds:.2f} s"
@@ -128,7 +130,7 @@ async def apply_plan(
     *,
     concurrency: int | None = None,
     bar: Progress | None = None,
-) -> PushResult:
+) -> Applied:
     """Send `plan`'s writes (creates, then updates, then deletes) and count what happened.
 
     As many requests are in flight as the client's adaptive limit allows (`concurrency`, if
@@ -150,12 +152,12 @@ async def apply_plan(
     return run.result(time.perf_counter() - started)
 
 
-def written_before(exc: BaseException) -> PushResult | None:
+def written_before(exc: BaseException) -> Applied | None:
     """What an apply that stopped with `exc` had written before (None: `exc` did not come
     from an apply). Rows in flight when it stopped may have been written too: a rerun of the
     push finds them and converges."""
     written = getattr(exc, _WRITTEN, None)
-    return written if isinstance(written, PushResult) else None
+    return written if isinstance(written, Applied) else None
 
 
 class _Run:
@@ -179,8 +181,8 @@ class _Run:
         self.max_bytes = MAX_REQUEST_BYTES
         self._next_read: asyncio.Future[Live] | None = None
 
-    def result(self, seconds: float) -> PushResult:
-        return PushResult(
+    def result(self, seconds: float) -> Applied:
+        return Applied(
             plan=self.plan,
             created=self.created,
             updated=self.updated,
