@@ -39,15 +39,23 @@ from connector.push.plan import (
     MODES,
     Counts,
     DeleteGuard,
+    Diff,
     Mode,
     Plan,
     PlanError,
     check_current,
     check_delete_guard,
-    make_plan,
 )
-from connector.push.source import Source, SourceError, read_source
-from connector.push.validate import Key, Problem, ValidationReport, validate
+from connector.push.source import SourceError, open_source
+from connector.push.validate import (
+    Key,
+    Prepared,
+    Problem,
+    ValidationReport,
+    check_header,
+    validate,
+    wanted,
+)
 from connector.schema import Table
 from connector.tables import resolve_table, table_not_found
 
@@ -110,14 +118,21 @@ def push(
     if date_format is not None and (why := check_date_format(date_format)) is not None:
         raise ConfigError(f"--date-format {date_format!r}: {why}")
     started = time.perf_counter()
-    data: Source = read_source(  # a bad file fails before any request
+    opened = open_source(  # a bad file fails before any request
         source, sheet=sheet, null_values=null_values, excel_safe=excel_safe,
         merged_cells=merged_cells,
     )
+    schema = table if isinstance(table, Table) else client.run(_resolve(client.aio, table))
+    parsed = Key.parse(key, schema)
+    if opened.columns is not None:  # a wrong key or column: said before any row is read
+        check_header(opened.name, opened.columns, schema, parsed)
+    columns = None if opened.columns is None else wanted(opened.columns, schema, parsed)
+    # The source as read is let go once validated: only its canonical cells are kept.
+    prepared = validate(opened.read(columns), schema, parsed, date_format=date_format)
     return client.run(_push(
-        client.aio, data, started, table=table, key=key, mode=mode, dry_run=dry_run,
+        client.aio, prepared, started, mode=mode, dry_run=dry_run,
         max_delete_ratio=max_delete_ratio, allow_delete=allow_delete, plan_out=plan_out,
-        rejects=rejects, concurrency=concurrency, progress=progress, date_format=date_format,
+        rejects=rejects, concurrency=concurrency, progress=progress,
     ))
 
 
@@ -142,11 +157,9 @@ def apply(
 
 async def _push(
     client: AsyncClient,
-    data: Source,
+    prepared: Prepared,
     started: float,
     *,
-    table: str | Table,
-    key: str | Sequence[str],
     mode: str,
     dry_run: bool,
     max_delete_ratio: float | None,
@@ -155,13 +168,10 @@ async def _push(
     rejects: str | Path | None,
     concurrency: int | None,
     progress: bool | None,
-    date_format: str | None,
 ) -> Applied:
-    schema = table if isinstance(table, Table) else await _resolve(client, table)
-    parsed = Key.parse(key, schema)
-    prepared = validate(data, schema, parsed, date_format=date_format)
-    live = await read_live_async(client, schema)
-    plan = make_plan(prepared, live, cast(Mode, mode))
+    diff = Diff(prepared, cast(Mode, mode))
+    live = await read_live_async(client, prepared.table, columns=prepared.key.columns, each=diff.add)
+    plan = diff.plan(live)
     if plan_out is None and dry_run:
         return Applied(plan, dry_run=True, seconds=time.perf_counter() - started)
     check_delete_guard(plan, max_delete_ratio=max_delete_ratio, allow_delete=allow_delete)
@@ -178,7 +188,7 @@ async def _apply_saved(
 ) -> Applied:
     started = time.perf_counter()
     current = await client.get_table(plan.table.id)
-    live = await read_live_async(client, current)
+    live = await read_live_async(client, current, columns=plan.key.columns)
     check_current(plan, live)
     result = await _apply(client, plan, rejects, concurrency, progress)
     return replace(result, seconds=time.perf_counter() - started)

@@ -149,6 +149,8 @@ async def apply_plan(
     except ConnectorError as exc:
         setattr(exc, _WRITTEN, run.result(time.perf_counter() - started))
         raise
+    finally:
+        await run.settle()
     return run.result(time.perf_counter() - started)
 
 
@@ -180,6 +182,7 @@ class _Run:
         #: Bulk create bodies stay under this; a 413 lowers it.
         self.max_bytes = MAX_REQUEST_BYTES
         self._next_read: asyncio.Future[Live] | None = None
+        self._reads: set[asyncio.Future[Live]] = set()  # re-reads not yet finished
 
     def result(self, seconds: float) -> Applied:
         return Applied(
@@ -318,18 +321,27 @@ class _Run:
             self.deleted += len(ids)
             return
 
+    async def settle(self) -> None:
+        """Stop a re-read no request waits for any more (the apply failed meanwhile): left
+        running, it would outlive the apply and the loop."""
+        for read in self._reads:
+            read.cancel()
+        await asyncio.gather(*self._reads, return_exceptions=True)
+
     async def _reread(self) -> Live:
         """The table as it is now. Failures seen while a re-read waits to start share it
         (a read that starts after a failure was seen shows whatever that request committed)."""
         if self._next_read is None:
             self._next_read = asyncio.ensure_future(self._read_soon())
+            self._reads.add(self._next_read)
+            self._next_read.add_done_callback(self._reads.discard)
         return await asyncio.shield(self._next_read)
 
     async def _read_soon(self) -> Live:
         await asyncio.sleep(REREAD_GATHER_SECONDS)
         self._next_read = None  # failures seen from now on need a later read
         self.rereads += 1
-        return await read_live_async(self.client, self.plan.table)
+        return await read_live_async(self.client, self.plan.table, columns=self.plan.key.columns)
 
     def _reject(
         self, row: int | None, row_id: str | None, fields: dict[str, Any],

@@ -32,6 +32,7 @@ __all__ = [
     "Create",
     "Delete",
     "DeleteGuard",
+    "Diff",
     "Mode",
     "Plan",
     "PlanError",
@@ -206,72 +207,148 @@ def create_batches(
 
 
 def make_plan(prepared: Prepared, live: Live, mode: Mode = "upsert") -> Plan:
-    """Diff `prepared` against `live` by the key; ValidationReport for ids the table lacks."""
-    if mode not in MODES:
-        raise ConfigError(f"--mode {mode!r}: choose one of {', '.join(MODES)}")
-    key = list(prepared.key.columns)
-    system = live.table.system_names()
-    row_id, updated_at = system["id"], system["updated_at"]
-    _check_unique_keys(live, key, row_id)
+    """Diff `prepared` against `live` (read whole) by the key; ValidationReport for ids the
+    table lacks. A push reads the table in chunks into a `Diff` instead."""
+    diff = Diff(prepared, mode)
+    diff.add(live)
+    return diff.plan(live)
 
-    src = prepared.frame.assign(__pos=np.arange(len(prepared.frame)))
-    cur = live.frame
-    merged = src.merge(
-        cur, on=key, how="outer" if mode == "mirror" else "left",
-        suffixes=("", "__live"), indicator="__side", sort=False,
-    )
-    side = merged["__side"].astype(str).to_numpy()
-    in_both: np.ndarray[Any, Any] = side == "both"
-    only_src: np.ndarray[Any, Any] = side == "left_only"
-    only_cur: np.ndarray[Any, Any] = side == "right_only"
-    if prepared.key.by_id and only_src.any():
-        positions = merged.loc[only_src, "__pos"].astype(int).to_numpy()
-        raise ValidationReport(prepared.source.name, [
-            Problem(int(prepared.rows[p]), "id", prepared.frame[row_id].iat[p],
-                    f"no row with this id in table {live.table.name!r} (new rows need a key column)")
-            for p in positions
-        ])
 
-    values = [c for c in prepared.columns if c not in key]
-    changed = np.zeros((len(merged), len(values)), dtype=bool)
-    for j, name in enumerate(values):
-        col = live.table.column(name)
-        changed[:, j] = ~same_values(merged[name], merged[f"{name}__live"], col)
-    changed &= in_both[:, None]
-    differs: np.ndarray[Any, Any] = np.asarray(changed.any(axis=1))
+class Diff:
+    """A plan in the making: the source indexed by its key, and the live table compared with
+    it chunk by chunk as it is read (`add`), so only the table's keys, ids and timestamps are
+    held whole, and of the rows that differ, their old cells.
 
-    creates: tuple[Create, ...] = ()
-    updates: tuple[Update, ...] = ()
-    deletes: tuple[Delete, ...] = ()
-    skipped = 0
-    if mode in ("insert", "upsert", "mirror"):
-        creates = _creates(prepared, merged.loc[only_src, "__pos"].astype(int).to_numpy())
-        _check_required(prepared, creates)
-    else:
-        skipped += int(only_src.sum())
-    if mode == "insert":
-        skipped += int(differs.sum())
-    else:
-        updates = _updates(prepared, merged, differs, changed, values, row_id, updated_at)
-    if mode == "mirror":
-        gone = merged.loc[only_cur]
-        deletes = _deletes(prepared, live.table, gone, key, row_id, updated_at)
+    Matching is exact on the canonical key cells (as a join on them would be); cells compare
+    by column type (`coerce.same_values`)."""
 
-    return Plan(
-        table=live.table,
-        key=prepared.key,
-        mode=mode,
-        source=prepared.source.name,
-        source_rows=len(prepared.frame),
-        table_rows=len(cur),
-        creates=creates,
-        updates=updates,
-        deletes=deletes,
-        unchanged=int((in_both & ~differs).sum()),
-        skipped=skipped,
-        coercions=dict(sorted(prepared.coercions.items())),
-        ignored=prepared.ignored,
-    )
+    def __init__(self, prepared: Prepared, mode: Mode = "upsert") -> None:
+        if mode not in MODES:
+            raise ConfigError(f"--mode {mode!r}: choose one of {', '.join(MODES)}")
+        self.prepared, self.mode = prepared, mode
+        self.key = list(prepared.key.columns)
+        self.values = [c for c in prepared.columns if c not in self.key]
+        keys = prepared.frame[self.key]
+        self._index = pd.Index(keys.iloc[:, 0]) if len(self.key) == 1 else pd.MultiIndex.from_frame(keys)
+        system = prepared.table.system_names()
+        self._id, self._stamp = system["id"], system["updated_at"]
+        #: Per chunk: the source position of each live row (-1: not in the source).
+        self._positions: list[np.ndarray[Any, np.dtype[np.intp]]] = []
+        self._rows = 0
+        self._unchanged = 0
+        self._differing = 0  # live rows in the source with a changed cell
+        #: Live rows that differ: (source position, row id, updated_at, changed, old cells).
+        self._changes: list[tuple[int, str, str | None, list[str], dict[str, Any]]] = []
+
+    def add(self, live: Live) -> None:
+        """Compare a chunk of the live table's rows (every column the source sets) with the
+        source rows of the same keys."""
+        frame = live.frame
+        keys = frame[self.key]
+        target = pd.Index(keys.iloc[:, 0]) if len(self.key) == 1 else pd.MultiIndex.from_frame(keys)
+        found = np.asarray(self._index.get_indexer(target), dtype=np.intp)
+        self._positions.append(found)
+        self._rows += len(frame)
+        hit = np.flatnonzero(found >= 0)
+        if not len(hit):
+            return
+        source = self.prepared.frame
+        table = self.prepared.table
+        changed = np.zeros((len(hit), len(self.values)), dtype=bool)
+        for j, name in enumerate(self.values):
+            new = source[name].take(found[hit]).reset_index(drop=True)
+            old = frame[name].take(hit).reset_index(drop=True)
+            changed[:, j] = ~same_values(new, old, table.column(name))
+        differs = changed.any(axis=1)
+        self._unchanged += int((~differs).sum())
+        self._differing += int(differs.sum())
+        if self.mode == "insert" or not differs.any():
+            return
+        rows = hit[differs]
+        ids = frame[self._id].take(rows).tolist()
+        stamps = _stamps(frame[self._stamp].take(rows))
+        old_cells = {
+            n: wire_values(frame[n].take(rows), table.column(n))
+            for j, n in enumerate(self.values) if changed[differs, j].any()
+        }
+        for i, (position, mask) in enumerate(zip(found[rows], changed[differs], strict=True)):
+            names = [n for n, c in zip(self.values, mask, strict=True) if c]
+            self._changes.append((
+                int(position), str(ids[i]), stamps[i], names, {n: old_cells[n][i] for n in names},
+            ))
+
+    def plan(self, live: Live) -> Plan:
+        """The plan, once every chunk was added; `live` holds the table's keys, ids and
+        timestamps (every row, in the order added)."""
+        prepared, mode = self.prepared, self.mode
+        if len(live.frame) != self._rows:
+            raise ValueError(f"{self._rows} live rows compared, {len(live.frame)} given")
+        _check_unique_keys(live, self.key, self._id)
+        found = np.concatenate(self._positions) if self._positions else np.empty(0, np.intp)
+        matched = np.zeros(len(prepared.frame), dtype=bool)
+        matched[found[found >= 0]] = True
+        only_src = np.flatnonzero(~matched)
+        if prepared.key.by_id and len(only_src):
+            raise ValidationReport(prepared.name, [
+                Problem(int(prepared.rows[p]), "id", prepared.frame[self._id].iat[int(p)],
+                        f"no row with this id in table {live.table.name!r} (new rows need a key column)")
+                for p in only_src
+            ])
+        creates: tuple[Create, ...] = ()
+        updates: tuple[Update, ...] = ()
+        deletes: tuple[Delete, ...] = ()
+        skipped = 0
+        if mode in ("insert", "upsert", "mirror"):
+            creates = _creates(prepared, only_src)
+            _check_required(prepared, creates)
+        else:
+            skipped += len(only_src)
+        if mode == "insert":
+            skipped += self._differing
+        else:
+            updates = self._updates()
+        if mode == "mirror":
+            gone = live.frame.iloc[np.flatnonzero(found < 0)]
+            deletes = _deletes(prepared, live.table, gone, self.key, self._id, self._stamp)
+        return Plan(
+            table=live.table,
+            key=prepared.key,
+            mode=mode,
+            source=prepared.name,
+            source_rows=len(prepared.frame),
+            table_rows=len(live.frame),
+            creates=creates,
+            updates=updates,
+            deletes=deletes,
+            unchanged=self._unchanged,
+            skipped=skipped,
+            coercions=dict(sorted(prepared.coercions.items())),
+            ignored=prepared.ignored,
+        )
+
+    def _updates(self) -> tuple[Update, ...]:
+        """A PATCH of each differing row's changed cells, in source order."""
+        if not self._changes:
+            return ()
+        prepared, table = self.prepared, self.prepared.table
+        positions = np.array([c[0] for c in self._changes], dtype=np.intp)
+        rows = prepared.frame.iloc[positions]
+        new = {n: wire_values(rows[n], table.column(n)) for n in self.values}
+        keys = [] if prepared.key.by_id else self.key
+        key_cells = {k: wire_values(rows[k], table.column(k)) for k in keys}
+        updates = [
+            Update(
+                row=int(prepared.rows[position]),
+                id=row_id,
+                fields={n: new[n][i] for n in names},
+                old=old,
+                updated_at=stamp,
+                key={k: key_cells[k][i] for k in keys},
+            )
+            for i, (position, row_id, stamp, names, old) in enumerate(self._changes)
+        ]
+        updates.sort(key=lambda u: u.row)
+        return tuple(updates)
 
 
 def check_delete_guard(
@@ -310,7 +387,7 @@ def _check_required(prepared: Prepared, creates: Sequence[Create]) -> None:
     ]
     if not (missing and creates):
         return
-    raise ValidationReport(prepared.source.name, [
+    raise ValidationReport(prepared.name, [
         Problem(c.row, name, None,
                 f"a value is required to create this row, and the source has no column "
                 f"{name!r} (rows the table already has need only the columns they change; "
@@ -351,42 +428,6 @@ def _creates(prepared: Prepared, positions: np.ndarray[Any, Any]) -> tuple[Creat
     return tuple(
         Create(int(prepared.rows[p]), fields) for p, fields in zip(positions, records, strict=True)
     )
-
-
-def _updates(
-    prepared: Prepared,
-    merged: pd.DataFrame,
-    differs: np.ndarray[Any, Any],
-    changed: np.ndarray[Any, Any],
-    values: list[str],
-    row_id: str,
-    updated_at: str,
-) -> tuple[Update, ...]:
-    idx = np.flatnonzero(differs)
-    if not len(idx):
-        return ()
-    table = prepared.table
-    sub = merged.iloc[idx]
-    new = {n: wire_values(sub[n], table.column(n)) for n in values}
-    old = {n: wire_values(sub[f"{n}__live"], table.column(n)) for n in values}
-    ids = sub[row_id].tolist()
-    keys = [] if prepared.key.by_id else list(prepared.key.columns)
-    key_cells = {k: wire_values(sub[k], table.column(k)) for k in keys}
-    stamps = _stamps(sub[updated_at])
-    positions = sub["__pos"].astype(int).to_numpy()
-    updates = []
-    for i in range(len(idx)):
-        names = [values[j] for j in np.flatnonzero(changed[idx[i]])]
-        updates.append(Update(
-            row=int(prepared.rows[positions[i]]),
-            id=str(ids[i]),
-            fields={n: new[n][i] for n in names},
-            old={n: old[n][i] for n in names},
-            updated_at=stamps[i],
-            key={k: key_cells[k][i] for k in keys},
-        ))
-    updates.sort(key=lambda u: u.row)
-    return tuple(updates)
 
 
 def _deletes(
