@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import orjson
@@ -22,8 +22,8 @@ from connector.api import MAX_BULK_ROWS
 from connector.errors import ConfigError, DeleteGuard, PlanError, ValidationReport
 from connector.modes import PUSH_MODES, PushMode
 from connector.push.coerce import coerce_column, same_values, wire_values
-from connector.push.live import Live
-from connector.push.validate import Key, Prepared, Problem
+from connector.push.live import Live, stamps_of
+from connector.push.validate import Key, Prepared, Problem, duplicated, key_hashes
 from connector.schema import Column, Table
 
 __all__ = [
@@ -228,8 +228,7 @@ class Diff:
         self.prepared, self.mode = prepared, mode
         self.key = list(prepared.key.columns)
         self.values = [c for c in prepared.columns if c not in self.key]
-        keys = prepared.frame[self.key]
-        self._index = pd.Index(keys.iloc[:, 0]) if len(self.key) == 1 else pd.MultiIndex.from_frame(keys)
+        self._index = _KeyIndex(prepared.frame[self.key])
         system = prepared.table.system_names()
         self._id, self._stamp = system["id"], system["updated_at"]
         #: Per chunk: the source position of each live row (-1: not in the source).
@@ -244,9 +243,7 @@ class Diff:
         """Compare a chunk of the live table's rows (every column the source sets) with the
         source rows of the same keys."""
         frame = live.frame
-        keys = frame[self.key]
-        target = pd.Index(keys.iloc[:, 0]) if len(self.key) == 1 else pd.MultiIndex.from_frame(keys)
-        found = np.asarray(self._index.get_indexer(target), dtype=np.intp)
+        found = self._index.find(frame[self.key])
         self._positions.append(found)
         self._rows += len(frame)
         hit = np.flatnonzero(found >= 0)
@@ -266,7 +263,7 @@ class Diff:
             return
         rows = hit[differs]
         ids = frame[self._id].take(rows).tolist()
-        stamps = _stamps(frame[self._stamp].take(rows))
+        stamps = stamps_of(frame[self._stamp].take(rows))
         old_cells = {
             n: wire_values(frame[n].take(rows), table.column(n))
             for j, n in enumerate(self.values) if changed[differs, j].any()
@@ -351,6 +348,42 @@ class Diff:
         return tuple(updates)
 
 
+class _KeyIndex:
+    """Where each key is in the source: its rows' key hashes sorted (8 bytes a row and a
+    binary search, not a hash table of Python objects), each match then checked cell by
+    cell, so it is as exact as a join on the key cells. Source keys are distinct (validated);
+    should two share a hash, pandas' own index is used instead."""
+
+    def __init__(self, keys: pd.DataFrame) -> None:
+        self.keys = keys.reset_index(drop=True)
+        hashes = key_hashes(self.keys)
+        self.order = np.argsort(hashes)
+        self.ranked = hashes[self.order]
+        self.exact: pd.Index | None = None
+        if len(hashes) > 1 and bool((self.ranked[1:] == self.ranked[:-1]).any()):
+            self.exact = pd.MultiIndex.from_frame(self.keys)
+
+    def find(self, keys: pd.DataFrame) -> np.ndarray[Any, np.dtype[np.intp]]:
+        """The source position of each row of `keys`, or -1."""
+        keys = keys.reset_index(drop=True)
+        if self.exact is not None:
+            return np.asarray(self.exact.get_indexer(pd.MultiIndex.from_frame(keys)), dtype=np.intp)
+        found = np.full(len(keys), -1, dtype=np.intp)
+        if not len(self.ranked):
+            return found
+        hashes = key_hashes(keys)
+        at = np.minimum(np.searchsorted(self.ranked, hashes), len(self.ranked) - 1)
+        hit = np.flatnonzero(self.ranked[at] == hashes)
+        candidates = self.order[at[hit]]
+        same = np.ones(len(hit), dtype=bool)
+        for name in keys.columns:
+            mine = self.keys[name].take(candidates).reset_index(drop=True)
+            theirs = keys[name].take(hit).reset_index(drop=True)
+            same &= (mine == theirs).fillna(False).to_numpy(dtype=bool)
+        found[hit[same]] = candidates[same]
+        return found
+
+
 def check_delete_guard(
     plan: Plan, *, max_delete_ratio: float | None = None, allow_delete: int | None = None
 ) -> None:
@@ -398,7 +431,7 @@ def _check_required(prepared: Prepared, creates: Sequence[Create]) -> None:
 
 def _check_unique_keys(live: Live, key: list[str], row_id: str) -> None:
     keys = live.frame[key]
-    dupes = keys.duplicated(keep=False).to_numpy() & ~keys.isna().any(axis=1).to_numpy()
+    dupes = duplicated(keys) & ~keys.isna().any(axis=1).to_numpy()
     if not dupes.any():
         return
     sample = live.frame.loc[dupes, [*key, row_id]].head(6).to_dict("records")
@@ -443,15 +476,10 @@ def _deletes(
             dict(zip(key, cells, strict=True))
             for cells in zip(*(wire_values(gone[k], table.column(k)) for k in key), strict=True)
         ]
-    stamps = _stamps(gone[updated_at])
+    stamps = stamps_of(gone[updated_at])
     return tuple(
         Delete(str(i), k, s) for i, k, s in zip(gone[row_id].tolist(), keys, stamps, strict=True)
     )
-
-
-def _stamps(updated_at: pd.Series[Any]) -> list[str | None]:
-    """The ``updated_at`` a plan expects of each row (None where the server sent none)."""
-    return cast(list[str | None], updated_at.astype(object).where(updated_at.notna(), None).tolist())
 
 
 def canonical_keys(table: Table, key: Key, records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
@@ -478,7 +506,7 @@ def check_current(plan: Plan, live: Live) -> None:
         )
     system = live.table.system_names()
     stamps = dict(zip(
-        live.frame[system["id"]].tolist(), live.frame[system["updated_at"]].tolist(), strict=True
+        live.frame[system["id"]].tolist(), stamps_of(live.frame[system["updated_at"]]), strict=True
     ))
     touched: list[tuple[str, str | None, str]] = [
         *((u.id, u.updated_at, f"{u.id} (row {u.row})") for u in plan.updates),

@@ -25,7 +25,20 @@ from connector.push.coerce import coerce_column
 from connector.push.source import Source
 from connector.schema import Column, Table
 
-__all__ = ["Key", "Prepared", "Problem", "ValidationReport", "check_header", "validate", "wanted"]
+__all__ = [
+    "Key",
+    "Prepared",
+    "Problem",
+    "ValidationReport",
+    "check_header",
+    "duplicated",
+    "key_hashes",
+    "validate",
+    "wanted",
+]
+
+#: Rows hashed at a time (`key_hashes`).
+HASH_CHUNK = 65_536
 
 @dataclass(frozen=True)
 class Key:
@@ -218,7 +231,7 @@ def _key_problems(
     for pos in np.flatnonzero(empty):
         if int(pos) not in already:
             found.append((int(pos), _cell(source, int(pos), label, None, "the key is empty")))
-    dupes = keys.duplicated(keep=False).to_numpy() & ~empty
+    dupes = duplicated(keys) & ~empty
     if dupes.any():
         plain = keys.astype(object)  # Python scalars, for messages
         positions = np.flatnonzero(dupes)
@@ -234,6 +247,37 @@ def _key_problems(
                     source, int(pos), label, shown, f"duplicate key: also on row(s) {others}"
                 )))
     return found
+
+
+def key_hashes(keys: pd.DataFrame) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """A 64-bit hash of each row's key cells (Python's `hash` of the cell, or of the cells
+    as a tuple), made a chunk of rows at a time: a million keys never stand as Python
+    objects at once (pandas' hash tables hold one per cell: ~100 MB a million)."""
+    out = np.empty(len(keys), dtype=np.int64)
+    for start in range(0, len(keys), HASH_CHUNK):
+        part = keys.iloc[start : start + HASH_CHUNK]
+        cells = [part[c].tolist() for c in part.columns]
+        values = cells[0] if len(cells) == 1 else zip(*cells, strict=True)
+        out[start : start + len(part)] = np.fromiter(map(hash, values), np.int64, len(part))
+    return out
+
+
+def duplicated(keys: pd.DataFrame) -> np.ndarray[Any, np.dtype[np.bool_]]:
+    """Rows whose key cells another row has too (pandas' ``duplicated(keep=False)``),
+    found by hash first, then settled exactly among the few rows sharing one."""
+    hashes = key_hashes(keys)
+    order = np.argsort(hashes, kind="stable")
+    ranked = hashes[order]
+    repeated = np.zeros(len(keys), dtype=bool)
+    if len(keys) > 1:
+        same = ranked[1:] == ranked[:-1]
+        repeated[order[1:][same]] = True
+        repeated[order[:-1][same]] = True
+    out = np.zeros(len(keys), dtype=bool)
+    if repeated.any():
+        where = np.flatnonzero(repeated)
+        out[where] = keys.iloc[where].duplicated(keep=False).to_numpy()
+    return out
 
 
 def _cell(source: Source, pos: int, column: str, value: Any, message: str) -> Problem:
