@@ -369,7 +369,14 @@ def _null_values(_ctx: click.Context, _param: click.Parameter, value: str | None
 
 
 @main.command("push")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("file", required=False)
+@click.option("--db", metavar="URL",
+              help="Push what --sql returns from this database instead of a FILE: a SQLAlchemy "
+              "URL (sqlite:///shop.db, postgresql://user@host/db; the password from the "
+              "driver's environment, e.g. PGPASSWORD) or duckdb:///file.duckdb or "
+              "duckdb:///:memory: (DuckDB's SQL reads Parquet, CSV and s3:// objects itself).")
+@click.option("--sql", metavar="QUERY",
+              help="The query whose rows are pushed (with --db); run read-only.")
 @click.option("--table", required=True, help="Table name or id.")
 @click.option("--key", required=True, help="Key column(s), comma-separated; or 'id' (row id).")
 @click.option(
@@ -420,7 +427,8 @@ def _null_values(_ctx: click.Context, _param: click.Parameter, value: str | None
               help="Print one JSON summary (the shape `connector sync --log-format json` prints).")
 @click.pass_context
 def push_command(
-    ctx: click.Context, file: Path, table: str, key: str, mode: str, sheet: str | None,
+    ctx: click.Context, file: str | None, db: str | None, sql: str | None, table: str,
+    key: str, mode: str, sheet: str | None,
     dry_run: bool, plan_out: Path | None, max_delete_ratio: float | None,
     allow_delete: int | None, rejects: Path | None, max_concurrency: int | None,
     concurrency: int | None, date_format: str | None, null_values: tuple[str, ...],
@@ -428,16 +436,28 @@ def push_command(
 ) -> None:
     """Make TABLE match FILE (CSV, .xlsx or Parquet) by --key: validate, plan, apply.
 
-    Every problem in FILE is reported (spreadsheet row, column, value) before any write. The
-    API key is read from CONNECTOR_API_KEY. With --json, one summary is printed on stdout
-    whatever happens, failures before any write included.
+    FILE may be a folder of Parquet files or an object storage URL (s3://bucket/key.parquet,
+    a CSV, or a prefix of Parquet files). Or push the rows a query returns: --db URL --sql
+    QUERY (reverse ETL from a warehouse). The columns are checked against TABLE before a row
+    is read; every problem in the rows is reported (row, column, value) before any write.
+    The API key is read from CONNECTOR_API_KEY. With --json, one summary is printed on
+    stdout whatever happens, failures before any write included.
+
+    \b
+    Examples:
+      connector push prices.csv --table Products --key Name --dry-run
+      connector push --db sqlite:///shop.db --sql "SELECT sku AS Sku, qty AS Qty FROM stock" \\
+          --table Stock --key Sku
+      connector push --db duckdb:///:memory: --sql "SELECT * FROM 'exports/*.parquet'" \\
+          --table Stock --key Sku --mode mirror
 
     Exit codes: 0 done · 1 invalid FILE or a failed push (an invalid FILE writes nothing) ·
     2 bad usage, or a mirror stopped by its delete guard · 3 rows rejected by the server
     (written to --rejects).
     """
     cap = _cap(max_concurrency, concurrency)
-    rejects = rejects or file.with_name(file.stem + ".rejects.csv")
+    source: Any = _push_source(file, db, sql)
+    rejects = rejects or _rejects_beside(file, table)
     planning = dry_run or plan_out is not None
 
     def call(client: Any) -> Any:
@@ -445,7 +465,7 @@ def push_command(
         from connector.push.plan import check_delete_guard
 
         applied = push(
-            client, file, table=table, key=key, mode=mode, dry_run=dry_run, sheet=sheet,
+            client, source, table=table, key=key, mode=mode, dry_run=dry_run, sheet=sheet,
             max_delete_ratio=max_delete_ratio, allow_delete=allow_delete, plan_out=plan_out,
             rejects=rejects, progress=None if not as_json else False, date_format=date_format,
             null_values=null_values, excel_safe=excel_safe,
@@ -459,7 +479,8 @@ def push_command(
         return applied
 
     shown: list[Any] = []
-    _drive_push(ctx, "push", call, as_json=as_json, base_url=base_url, cap=cap, file=file,
+    label = source if isinstance(source, str) else source.name  # a query's: no password
+    _drive_push(ctx, "push", call, as_json=as_json, base_url=base_url, cap=cap, file=label,
                 table=table, planning=planning, rejects=rejects, plan_out=plan_out, shown=shown)
 
 
@@ -491,13 +512,40 @@ def apply_command(
 
         return apply(client, plan, rejects=rejects, progress=None if not as_json else False)
 
-    _drive_push(ctx, "apply", call, as_json=as_json, base_url=base_url, cap=cap, file=plan,
+    _drive_push(ctx, "apply", call, as_json=as_json, base_url=base_url, cap=cap, file=str(plan),
                 table=None, planning=False, rejects=rejects, plan_out=None, shown=[])
+
+
+def _push_source(file: str | None, db: str | None, sql: str | None) -> Any:
+    """FILE, or the query --db and --sql name (a usage error unless it is one of the two)."""
+    if file is not None and (db is not None or sql is not None):
+        raise click.UsageError("give a FILE or --db and --sql, not both")
+    if file is not None:
+        return file
+    if db is None or sql is None:
+        missing = "a FILE, or --db and --sql" if db is None and sql is None else (
+            "--sql (the query to run on --db)" if sql is None else "--db (the database --sql runs on)"
+        )
+        raise click.UsageError(f"missing {missing}")
+    from connector.push.source import Query
+
+    return Query(db, sql)
+
+
+def _rejects_beside(file: str | None, table: str) -> Path:
+    """Where rejected rows go by default: beside a local FILE, else in the working directory
+    named after the table."""
+    from connector.destinations.storage import is_remote
+
+    if file is not None and not is_remote(file) and not Path(file).is_dir():
+        return Path(file).with_name(Path(file).stem + ".rejects.csv")
+    stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in table)
+    return Path(f"{stem}.rejects.csv")
 
 
 def _drive_push(
     ctx: click.Context, command: str, call: Any, *, as_json: bool, base_url: str | None,
-    cap: int | None, file: Path, table: str | None, planning: bool, rejects: Path,
+    cap: int | None, file: str, table: str | None, planning: bool, rejects: Path,
     plan_out: Path | None, shown: list[Any],
 ) -> None:
     """Run a push or apply (`call(client)` returns its `Applied`) and end the command through

@@ -164,7 +164,7 @@ class _Runner:
             self.tables = list(self.context.results) if self.context else self.tables
             if self.pushing is not None:  # stopped mid-apply: some of its rows may be written
                 self.pushes.append(PushResult(
-                    str(self.pushing.file), self.pushing.table, "failed",
+                    self.pushing.source, self.pushing.table, "failed",
                     error="interrupted: rows in flight may have been written; run again to finish",
                 ))
                 self.emit("push", **asdict(self.pushes[-1]))
@@ -292,13 +292,14 @@ def failed_summary(
 
 
 def _push(client: Client, job: Job, spec: PushSpec, dry_run: bool, emit: Reporter) -> PushResult:
-    from connector.push import push  # pandas-heavy: only jobs that push pay
+    from connector.push import Query, push  # pandas-heavy: only jobs that push pay
     from connector.push.report import reported
 
+    source = spec.file if spec.file is not None else Query(spec.db or "", spec.sql or "", ("db", "sql"))
     try:
         applied = push(
             client,
-            spec.file,
+            source,
             table=spec.table,
             key=list(spec.key),
             mode=spec.mode,
@@ -313,9 +314,9 @@ def _push(client: Client, job: Job, spec: PushSpec, dry_run: bool, emit: Reporte
     except ConfigError as exc:  # the table or key does not fit: name the job's key at fault
         raise exc.where(f"{job.path}: {spec.where}: ") from None
     except ConnectorError as exc:  # invalid spreadsheet (nothing written), API failure
-        out = reported(spec.file, spec.table, error=exc)
+        out = reported(spec.source, spec.table, error=exc)
     else:
-        out = reported(spec.file, spec.table, applied, dry_run=dry_run)
+        out = reported(spec.source, spec.table, applied, dry_run=dry_run)
     emit("push", **asdict(out))
     return out
 

@@ -46,7 +46,7 @@ from connector.push.plan import (
     check_current,
     check_delete_guard,
 )
-from connector.push.source import SourceError, open_source
+from connector.push.source import Query, SourceError, open_source
 from connector.push.validate import (
     Key,
     Prepared,
@@ -68,6 +68,7 @@ __all__ = [
     "Plan",
     "PlanError",
     "Problem",
+    "Query",
     "Rejected",
     "SourceError",
     "ValidationReport",
@@ -79,7 +80,7 @@ __all__ = [
 
 def push(
     client: Client,
-    source: str | Path | pd.DataFrame,
+    source: str | Path | pd.DataFrame | Query,
     *,
     table: str | Table,
     key: str | Sequence[str],
@@ -98,6 +99,10 @@ def push(
     merged_cells: MergedCells = "refuse",
 ) -> Applied:
     """Make `table` match `source` on `key` (columns, or ``"id"``), and report what was done.
+
+    `source` is a DataFrame, a CSV, ``.xlsx`` or Parquet file, a folder of Parquet files, an
+    object storage URL, or a `Query` (the rows SQL returns from a database). Its columns
+    are checked against the table before its rows, or the table's, are read.
 
     `mode` is ``insert``, ``update``, ``upsert`` or ``mirror`` (upsert, then delete the rows
     the source lacks). Nothing is written when the source is invalid (`ValidationReport`), when a mirror would

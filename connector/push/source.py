@@ -47,7 +47,7 @@ from connector.destinations.storage import check_location, filesystem, is_remote
 from connector.errors import ConfigError, SourceError
 from connector.modes import MERGED_CELLS, MergedCells
 
-__all__ = ["Sheet", "Source", "SourceError", "open_source", "read_source"]
+__all__ = ["Query", "Sheet", "Source", "SourceError", "arrow_frame", "open_source", "read_source"]
 
 #: A formula element in a worksheet's XML (``<f>``, ``<f t="shared" .../>``, ``<x:f>``).
 _FORMULA_TAG = re.compile(rb"<(?:\w+:)?f[\s>/]")
@@ -91,6 +91,23 @@ class Source:
 
 
 @dataclass(frozen=True)
+class Query:
+    """`sql` run on the database at `url` (`connector.push.query`: SQLAlchemy or DuckDB). `where` names the two settings in messages (the
+    command's flags, or a job file's keys)."""
+
+    url: str
+    sql: str
+    where: tuple[str, str] = ("--db", "--sql")
+
+    @property
+    def name(self) -> str:
+        """The query as reports name it: its database, password left out."""
+        from connector.push.query import safe_url
+
+        return f"query on {safe_url(self.url)}"
+
+
+@dataclass(frozen=True)
 class Sheet:
     """A source opened, not yet read: its name and column names, known from the header alone
     where the format allows (a Parquet file's schema, a CSV's first record, a query's result
@@ -113,7 +130,7 @@ class Sheet:
 
 
 def read_source(
-    source: str | Path | pd.DataFrame,
+    source: str | Path | pd.DataFrame | Query,
     *,
     sheet: str | None = None,
     null_values: Sequence[str] = (),
@@ -134,7 +151,7 @@ def read_source(
 
 
 def open_source(
-    source: str | Path | pd.DataFrame,
+    source: str | Path | pd.DataFrame | Query,
     *,
     sheet: str | None = None,
     null_values: Sequence[str] = (),
@@ -176,9 +193,16 @@ def _markers(null_values: Sequence[str]) -> frozenset[str]:
 
 
 def _open(
-    source: str | Path | pd.DataFrame, sheet: str | None, markers: frozenset[str],
+    source: str | Path | pd.DataFrame | Query, sheet: str | None, markers: frozenset[str],
     merged_cells: MergedCells,
 ) -> Sheet:
+    if isinstance(source, Query):
+        from connector.push.query import open_query
+
+        _only_excel(source.name, sheet, merged_cells)
+        opened = open_query(source)
+        return Sheet(opened.name, opened.columns,
+                     lambda columns: _blanked(opened.reader(columns), markers))
     if isinstance(source, pd.DataFrame):
         frame = _blanked(Source.from_frame(source), markers)
         return Sheet(frame.name, frame.columns, lambda _: frame)
@@ -475,7 +499,7 @@ def _open_parquet(name: str, markers: frozenset[str], fs: Any = None) -> Sheet:
     def read(columns: frozenset[str] | None) -> Source:
         wanted = [n for n in names if columns is None or n in columns]
         try:
-            frame = _frame(pa.Table.from_batches(
+            frame = arrow_frame(pa.Table.from_batches(
                 [batch for path in files for batch in _batches(path, fs, wanted)],
                 schema=pa.schema([schema.field(n) for n in wanted]),
             ))
@@ -519,7 +543,7 @@ def _batches(path: str, fs: Any, columns: list[str]) -> Iterator[pa.RecordBatch]
         yield from file.iter_batches(batch_size=65_536, columns=columns, use_threads=False)
 
 
-def _frame(data: pa.Table) -> pd.DataFrame:
+def arrow_frame(data: pa.Table) -> pd.DataFrame:
     """Arrow columns as pandas ones with no Python object per cell where a compact type holds
     the values (text, dates, integers and booleans with gaps), each column let go once
     converted, so a large file is held about once."""

@@ -19,6 +19,7 @@ def test_public_names() -> None:
         "Plan",
         "PlanError",
         "Problem",
+        "Query",
         "Rejected",
         "SourceError",
         "ValidationReport",
