@@ -175,8 +175,8 @@ async def _push(
     progress: bool | None,
 ) -> Applied:
     diff = Diff(prepared, cast(Mode, mode))
-    live = await read_live_async(client, prepared.table, columns=prepared.key.columns, each=diff.add)
-    plan = diff.plan(live)
+    await read_live_async(client, prepared.table, columns=(), each=diff.add, keep=False)
+    plan = diff.plan()
     if plan_out is None and dry_run:
         return Applied(plan, dry_run=True, seconds=time.perf_counter() - started)
     check_delete_guard(plan, max_delete_ratio=max_delete_ratio, allow_delete=allow_delete)

@@ -63,11 +63,11 @@ def read_live(client: Client, table: Table) -> Live:
 
 async def read_live_async(
     client: AsyncClient, table: Table, *, columns: Sequence[str] | None = None,
-    each: Callable[[Live], None] | None = None,
+    each: Callable[[Live], None] | None = None, keep: bool = True,
 ) -> Live:
     """`read_live` from async code: the same read, awaited on the running loop. Keeps the
-    id, ``updated_at`` and `columns` (default: all) of every row; `each` sees every chunk of
-    rows (`CHUNK_ROWS`, in order) with all their columns."""
+    id, ``updated_at`` and `columns` (default: all) of every row, or (`keep` false) none;
+    `each` sees every chunk of rows (`CHUNK_ROWS`, in order) with all their columns."""
     extraction = Extraction(client, table, page_size=MAX_PAGE_SIZE, concurrency=READ_CONCURRENCY)
     kept: list[dict[str, pd.Series]] = []
     pending: list[pa.RecordBatch] = []
@@ -80,10 +80,11 @@ async def read_live_async(
         held = 0
         if each is not None:
             each(chunk)
-        kept.append({
-            n: chunk.frame[n] for n in chunk.frame.columns
-            if columns is None or n in columns or n in system
-        })
+        if keep or not kept:  # not kept: the columns, empty (no view holding a chunk)
+            kept.append({
+                n: chunk.frame[n] if keep else chunk.frame[n].iloc[:0].copy()
+                for n in chunk.frame.columns if columns is None or n in columns or n in system
+            })
 
     system = set(table.system_names().values())
     async for batch in extraction:

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import orjson
 import pandas as pd
+import pyarrow as pa
+from pandas.arrays import ArrowExtensionArray
 
 from connector.api import MAX_BULK_ROWS
 from connector.errors import ConfigError, DeleteGuard, PlanError, ValidationReport
@@ -41,6 +43,7 @@ __all__ = [
     "check_current",
     "check_delete_guard",
     "create_batches",
+    "gather",
     "make_plan",
 ]
 
@@ -211,13 +214,15 @@ def make_plan(prepared: Prepared, live: Live, mode: Mode = "upsert") -> Plan:
     table lacks. A push reads the table in chunks into a `Diff` instead."""
     diff = Diff(prepared, mode)
     diff.add(live)
-    return diff.plan(live)
+    return diff.plan()
 
 
 class Diff:
     """A plan in the making: the source indexed by its key, and the live table compared with
-    it chunk by chunk as it is read (`add`), so only the table's keys, ids and timestamps are
-    held whole, and of the rows that differ, their old cells.
+    it chunk by chunk as it is read (`add`). Of the table's rows it keeps which source row
+    each matched (8 bytes a row), the old cells, id and timestamp of those that differ, and
+    the id, timestamp and key of those the source lacks (a mirror's deletes): a large table
+    the source covers is never held.
 
     Matching is exact on the canonical key cells (as a join on them would be); cells compare
     by column type (`coerce.same_values`)."""
@@ -231,8 +236,12 @@ class Diff:
         self._index = _KeyIndex(prepared.frame[self.key])
         system = prepared.table.system_names()
         self._id, self._stamp = system["id"], system["updated_at"]
-        #: Per chunk: the source position of each live row (-1: not in the source).
-        self._positions: list[np.ndarray[Any, np.dtype[np.intp]]] = []
+        #: What is kept of a live row the source lacks (the key may be the id itself).
+        self._kept = list(dict.fromkeys([self._id, self._stamp, *self.key]))
+        #: Per chunk: the source positions the live rows matched.
+        self._matched: list[np.ndarray[Any, np.dtype[np.intp]]] = []
+        #: Per chunk: the id, updated_at and key cells of the live rows the source lacks.
+        self._unmatched: list[pd.DataFrame] = []
         self._rows = 0
         self._unchanged = 0
         self._differing = 0  # live rows in the source with a changed cell
@@ -244,16 +253,20 @@ class Diff:
         source rows of the same keys."""
         frame = live.frame
         found = self._index.find(frame[self.key])
-        self._positions.append(found)
         self._rows += len(frame)
         hit = np.flatnonzero(found >= 0)
+        self._matched.append(found[hit])
+        if len(hit) < len(frame):
+            self._unmatched.append(
+                frame.iloc[np.flatnonzero(found < 0)][self._kept]
+            )
         if not len(hit):
             return
         source = self.prepared.frame
         table = self.prepared.table
         changed = np.zeros((len(hit), len(self.values)), dtype=bool)
         for j, name in enumerate(self.values):
-            new = source[name].take(found[hit]).reset_index(drop=True)
+            new = gather(source[name], found[hit])
             old = frame[name].take(hit).reset_index(drop=True)
             changed[:, j] = ~same_values(new, old, table.column(name))
         differs = changed.any(axis=1)
@@ -274,21 +287,21 @@ class Diff:
                 int(position), str(ids[i]), stamps[i], names, {n: old_cells[n][i] for n in names},
             ))
 
-    def plan(self, live: Live) -> Plan:
-        """The plan, once every chunk was added; `live` holds the table's keys, ids and
-        timestamps (every row, in the order added)."""
-        prepared, mode = self.prepared, self.mode
-        if len(live.frame) != self._rows:
-            raise ValueError(f"{self._rows} live rows compared, {len(live.frame)} given")
-        _check_unique_keys(live, self.key, self._id)
-        found = np.concatenate(self._positions) if self._positions else np.empty(0, np.intp)
-        matched = np.zeros(len(prepared.frame), dtype=bool)
-        matched[found[found >= 0]] = True
-        only_src = np.flatnonzero(~matched)
+    def plan(self) -> Plan:
+        """The plan, once every chunk of the table was added."""
+        prepared, mode, table = self.prepared, self.mode, self.prepared.table
+        found = np.concatenate(self._matched) if self._matched else np.empty(0, np.intp)
+        counts = np.bincount(found, minlength=len(prepared.frame))
+        gone = (
+            pd.concat(self._unmatched, ignore_index=True) if self._unmatched
+            else pd.DataFrame(columns=self._kept)
+        )
+        self._check_unique_keys(counts, gone)
+        only_src = np.flatnonzero(counts == 0)
         if prepared.key.by_id and len(only_src):
             raise ValidationReport(prepared.name, [
                 Problem(int(prepared.rows[p]), "id", prepared.frame[self._id].iat[int(p)],
-                        f"no row with this id in table {live.table.name!r} (new rows need a key column)")
+                        f"no row with this id in table {table.name!r} (new rows need a key column)")
                 for p in only_src
             ])
         creates: tuple[Create, ...] = ()
@@ -305,15 +318,14 @@ class Diff:
         else:
             updates = self._updates()
         if mode == "mirror":
-            gone = live.frame.iloc[np.flatnonzero(found < 0)]
-            deletes = _deletes(prepared, live.table, gone, self.key, self._id, self._stamp)
+            deletes = _deletes(prepared, table, gone, self.key, self._id, self._stamp)
         return Plan(
-            table=live.table,
+            table=table,
             key=prepared.key,
             mode=mode,
             source=prepared.name,
             source_rows=len(prepared.frame),
-            table_rows=len(live.frame),
+            table_rows=self._rows,
             creates=creates,
             updates=updates,
             deletes=deletes,
@@ -323,16 +335,42 @@ class Diff:
             ignored=prepared.ignored,
         )
 
+    def _check_unique_keys(self, counts: np.ndarray[Any, Any], gone: pd.DataFrame) -> None:
+        """PlanError when rows of the table share a key: a source key more than one table
+        row matched, or a key several rows the source lacks hold."""
+        twice = np.flatnonzero(counts > 1)
+        keys = gone[self.key]
+        dupes = duplicated(keys) & ~keys.isna().any(axis=1).to_numpy()
+        total = int(counts[twice].sum()) + int(dupes.sum())
+        if not total:
+            return
+        source = self.prepared.frame
+        shown = [
+            f"{tuple(source[k].iat[int(p)] for k in self.key)} on {int(counts[p])} rows"
+            for p in twice[:6]
+        ] + [
+            f"{tuple(r[k] for k in self.key)} on {r[self._id]}"
+            for r in gone.loc[dupes, [*self.key, self._id]].head(6).to_dict("records")
+        ]
+        raise PlanError(
+            f"table {self.prepared.table.name!r} has {total} rows sharing a key "
+            f"({', '.join(self.key)}), so the key cannot identify rows: {'; '.join(shown[:6])}. "
+            "Choose another key or remove the duplicates."
+        )
+
     def _updates(self) -> tuple[Update, ...]:
         """A PATCH of each differing row's changed cells, in source order."""
         if not self._changes:
             return ()
         prepared, table = self.prepared, self.prepared.table
         positions = np.array([c[0] for c in self._changes], dtype=np.intp)
-        rows = prepared.frame.iloc[positions]
-        new = {n: wire_values(rows[n], table.column(n)) for n in self.values}
+        changed = {n for _, _, _, names, _ in self._changes for n in names}
+        new = {
+            n: wire_values(gather(prepared.frame[n], positions), table.column(n))
+            for n in self.values if n in changed
+        }
         keys = [] if prepared.key.by_id else self.key
-        key_cells = {k: wire_values(rows[k], table.column(k)) for k in keys}
+        key_cells = {k: wire_values(gather(prepared.frame[k], positions), table.column(k)) for k in keys}
         updates = [
             Update(
                 row=int(prepared.rows[position]),
@@ -346,6 +384,28 @@ class Diff:
         ]
         updates.sort(key=lambda u: u.row)
         return tuple(updates)
+
+
+def gather(values: pd.Series, positions: np.ndarray[Any, Any]) -> pd.Series:
+    """``values.take(positions)`` (a new RangeIndex), without first joining the chunks of an
+    Arrow-backed column as pandas' take does: a copy of the whole column for every chunk of
+    the table compared (~90 MB each for a million ~85-character cells)."""
+    if not isinstance(values.array, ArrowExtensionArray):
+        return values.take(positions).reset_index(drop=True)
+    column = pa.chunked_array(pa.array(values.array))
+    if column.num_chunks <= 1:
+        taken = column.take(pa.array(positions))
+    else:
+        starts = np.cumsum([0, *(len(c) for c in column.chunks)])
+        which = np.searchsorted(starts, positions, side="right") - 1
+        order = np.argsort(which, kind="stable")
+        pieces = [
+            column.chunk(int(c)).take(pa.array(positions[order][which[order] == c] - starts[c]))
+            for c in np.unique(which)
+        ]
+        joined = pa.concat_arrays(pieces) if pieces else pa.array([], column.type)
+        taken = joined.take(pa.array(np.argsort(order)))
+    return pd.Series(taken.to_pandas(types_mapper=lambda _: values.dtype))
 
 
 class _KeyIndex:
@@ -377,7 +437,7 @@ class _KeyIndex:
         candidates = self.order[at[hit]]
         same = np.ones(len(hit), dtype=bool)
         for name in keys.columns:
-            mine = self.keys[name].take(candidates).reset_index(drop=True)
+            mine = gather(self.keys[name], candidates)
             theirs = keys[name].take(hit).reset_index(drop=True)
             same &= (mine == theirs).fillna(False).to_numpy(dtype=bool)
         found[hit[same]] = candidates[same]
@@ -429,22 +489,6 @@ def _check_required(prepared: Prepared, creates: Sequence[Create]) -> None:
     ])
 
 
-def _check_unique_keys(live: Live, key: list[str], row_id: str) -> None:
-    keys = live.frame[key]
-    dupes = duplicated(keys) & ~keys.isna().any(axis=1).to_numpy()
-    if not dupes.any():
-        return
-    sample = live.frame.loc[dupes, [*key, row_id]].head(6).to_dict("records")
-    shown = "; ".join(
-        f"{tuple(r[k] for k in key)} on {r[row_id]}" for r in sample
-    )
-    raise PlanError(
-        f"table {live.table.name!r} has {int(dupes.sum())} rows sharing a key "
-        f"({', '.join(key)}), so the key cannot identify rows: {shown}. "
-        "Choose another key or remove the duplicates."
-    )
-
-
 def _records(frame: pd.DataFrame, table: Table, names: Sequence[str]) -> list[dict[str, Any]]:
     """Rows of `frame` as JSON cell dicts over `names`, leaving out empty cells."""
     columns = [wire_values(frame[n], table.column(n)) for n in names]
@@ -456,7 +500,10 @@ def _records(frame: pd.DataFrame, table: Table, names: Sequence[str]) -> list[di
 
 def _creates(prepared: Prepared, positions: np.ndarray[Any, Any]) -> tuple[Create, ...]:
     positions = np.sort(positions)
-    frame = prepared.frame.iloc[positions]
+    frame = pd.DataFrame(
+        {n: gather(prepared.frame[n], positions) for n in prepared.columns},
+        index=pd.RangeIndex(len(positions)),
+    )
     records = _records(frame, prepared.table, prepared.columns)
     return tuple(
         Create(int(prepared.rows[p]), fields) for p, fields in zip(positions, records, strict=True)
