@@ -1,14 +1,17 @@
-"""Push a spreadsheet or DataFrame into a table: read, validate, plan, apply.
+"""Push a spreadsheet, a DataFrame or a query's rows into a table: read, validate, plan, apply.
 
-    source (CSV / xlsx / Parquet / DataFrame)
+    source (CSV / xlsx / Parquet file, folder or object / DataFrame / `Query`)
+      -> header     its columns against the table's, before a row is read (`check_header`)
       -> validate   every problem at once, before any write (`ValidationReport`)
-      -> plan       diff against the live table by key (`Plan`, JSON-serialisable)
+      -> plan       diff by key against the live table, read in chunks (`Diff` -> `Plan`)
       -> apply      bulk creates, PATCHes of changed cells, bulk deletes (`Applied`)
 
 `push` does it all in one call; `apply` applies a plan saved earlier, after checking that the
-rows it touches have not changed since. Each is one coroutine on the client's async core
-(`Client.aio`), run on the client's engine (`Client.run`): reads, writes and re-reads share
-its one transport, rate limiter and retry policy, with no thread or loop in between.
+rows it touches have not changed since. Reading the source is blocking work done first;
+the rest is one coroutine on the client's async core (`Client.aio`), run on the client's
+engine (`Client.run`): reads, writes and re-reads share its one transport, rate limiter and
+retry policy. A run reports an `Applied` as a `connector.results.PushResult`
+(`connector.push.report.reported`).
 """
 
 from __future__ import annotations
