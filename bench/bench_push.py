@@ -66,9 +66,12 @@ CONCURRENCY = 8
 
 
 def main() -> None:
-    bench_plan()
-    bench_apply()
-    bench_large_rows()
+    """Every part, or those ``BENCH_PUSH=plan,apply,large,scale,query`` names."""
+    chosen = os.environ.get("BENCH_PUSH", "plan,apply,large,scale").split(",")
+    for name, part in [("plan", bench_plan), ("apply", bench_apply), ("large", bench_large_rows),
+                       ("scale", bench_scale)]:
+        if name in chosen:
+            part()
 
 
 # --- 1. plan --------------------------------------------------------------------------
@@ -313,6 +316,74 @@ def _server(*flags: str) -> Iterator[tuple[str, str, Path]]:
         finally:
             proc.terminate()
             proc.wait(timeout=10)
+
+
+# --- 4. scale: whole processes, a 1,000,000-row sheet against a 1,000,000-row table -------
+
+#: Rows of the table and of the sheet (``BENCH_PUSH_ROWS``), and how many the sheet changes.
+SCALE_ROWS = int(os.environ.get("BENCH_PUSH_ROWS", 1_000_000))
+SCALE_CHANGED = 1_000
+SCALE_RUNS = int(os.environ.get("BENCH_RUNS", 3))
+SCALE_GOAL_MB = 400.0
+SCALE_GOAL_RATIO = 1.5
+
+
+def bench_scale() -> None:
+    """`connector push SHEET.parquet --table big --key Name` against `connector export` of
+    the same table, each a whole process timed with its peak RSS (GNU time). The sheet is
+    the export itself with 1,000 rows' Amount changed; runs alternate it with the export as
+    it was, so every run updates exactly 1,000 rows."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from bench._procs import CONNECTOR, Figures, run, start, user_env, verdict
+    from bench.bench_throughput import seed
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        started = time.perf_counter()
+        seed(root / "server.db", SCALE_ROWS, "big")
+        print(f"scale: seeded {SCALE_ROWS:,} rows in {time.perf_counter() - started:.1f} s", flush=True)
+        server = start(root)
+        try:
+            env = user_env(server)
+            out = root / "out"
+            export = [CONNECTOR, "export", "--out", str(out), "--table", "big", "--json"]
+            run(export, env, root)  # warm-up; also the sheet
+            sheets = [root / "changed.parquet", root / "as-exported.parquet"]
+            (out / "big.parquet").rename(sheets[1])
+            data = pq.read_table(sheets[1])
+            amount = data.column("Amount").to_numpy(zero_copy_only=False).copy()
+            amount[: SCALE_CHANGED] = -1.0  # every first 1,000 rows get a new value
+            changed = data.set_column(data.schema.get_field_index("Amount"), "Amount",
+                                      pc.cast(amount, data.schema.field("Amount").type))
+            pq.write_table(changed, sheets[0])
+            del data, changed, amount
+
+            def push(sheet: Path) -> Any:
+                argv = [CONNECTOR, "push", str(sheet), "--table", "big", "--key", "Name", "--json"]
+                timed = run(argv, env, root)
+                summary = orjson.loads(timed.stdout)
+                updated = summary["pushes"][0]["updated"]
+                if updated != SCALE_CHANGED:
+                    raise RuntimeError(f"push updated {updated} rows, not {SCALE_CHANGED}")
+                return timed
+
+            ours, theirs = Figures(), Figures()
+            for _ in range(SCALE_RUNS):
+                for sheet in sheets:  # each push undoes the one before: 1,000 updates each
+                    ours.runs.append(push(sheet))
+                theirs.runs.append(run(export, env, root))
+        finally:
+            server.stop()
+    ratio = ours.best / theirs.best
+    print(f"  export {SCALE_ROWS:,} rows to Parquet: {theirs.text()}, peak RSS {theirs.peak_mb:.0f} MB")
+    print(f"  push a {SCALE_ROWS:,}-row Parquet sheet, {SCALE_CHANGED:,} rows changed: {ours.text()}, "
+          f"peak RSS {ours.peak_mb:.0f} MB (runs: "
+          f"{', '.join(f'{r.seconds:.1f} s/{r.rss_mb:.0f} MB' for r in ours.runs)})")
+    print(f"  push / export (best vs best) {ratio:.2f}x, goal <= {SCALE_GOAL_RATIO}x -> "
+          f"{verdict(ratio, SCALE_GOAL_RATIO, at_most=True)}; peak RSS goal <= {SCALE_GOAL_MB:.0f} MB "
+          f"-> {verdict(ours.peak_mb, SCALE_GOAL_MB, at_most=True)}", flush=True)
 
 
 if __name__ == "__main__":

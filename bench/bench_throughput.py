@@ -206,7 +206,7 @@ class Contender:
         if out.startswith("{"):
             self.summary = json.loads(out)
             totals = self.summary["totals"]
-            done = totals["updated"] if self.summary["pushes"] else totals["rows_written"]
+            done = totals["push_updated"] if self.summary["pushes"] else totals["rows_written"]
         else:
             done = int(out.splitlines()[-1])
         if done != self.expect:

@@ -369,7 +369,14 @@ def _null_values(_ctx: click.Context, _param: click.Parameter, value: str | None
 
 
 @main.command("push")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("file", required=False)
+@click.option("--db", metavar="URL",
+              help="Push what --sql returns from this database instead of a FILE: a SQLAlchemy "
+              "URL (sqlite:///shop.db, postgresql://user@host/db; the password from the "
+              "driver's environment, e.g. PGPASSWORD) or duckdb:///file.duckdb or "
+              "duckdb:///:memory: (DuckDB's SQL reads Parquet, CSV and s3:// objects itself).")
+@click.option("--sql", metavar="QUERY",
+              help="The query whose rows are pushed (with --db); run read-only.")
 @click.option("--table", required=True, help="Table name or id.")
 @click.option("--key", required=True, help="Key column(s), comma-separated; or 'id' (row id).")
 @click.option(
@@ -420,7 +427,8 @@ def _null_values(_ctx: click.Context, _param: click.Parameter, value: str | None
               help="Print one JSON summary (the shape `connector sync --log-format json` prints).")
 @click.pass_context
 def push_command(
-    ctx: click.Context, file: Path, table: str, key: str, mode: str, sheet: str | None,
+    ctx: click.Context, file: str | None, db: str | None, sql: str | None, table: str,
+    key: str, mode: str, sheet: str | None,
     dry_run: bool, plan_out: Path | None, max_delete_ratio: float | None,
     allow_delete: int | None, rejects: Path | None, max_concurrency: int | None,
     concurrency: int | None, date_format: str | None, null_values: tuple[str, ...],
@@ -428,56 +436,52 @@ def push_command(
 ) -> None:
     """Make TABLE match FILE (CSV, .xlsx or Parquet) by --key: validate, plan, apply.
 
-    Every problem in FILE is reported (spreadsheet row, column, value) before any write. The
-    API key is read from CONNECTOR_API_KEY. With --json, one summary is printed on stdout
-    whatever happens, failures before any write included.
+    FILE may be a folder of Parquet files or an object storage URL (s3://bucket/key.parquet,
+    a CSV, or a prefix of Parquet files). Or push the rows a query returns: --db URL --sql
+    QUERY (reverse ETL from a warehouse). The columns are checked against TABLE before a row
+    is read; every problem in the rows is reported (row, column, value) before any write.
+    The API key is read from CONNECTOR_API_KEY. With --json, one summary is printed on
+    stdout whatever happens, failures before any write included.
+
+    \b
+    Examples:
+      connector push prices.csv --table Products --key Name --dry-run
+      connector push --db sqlite:///shop.db --sql "SELECT sku AS Sku, qty AS Qty FROM stock" \\
+          --table Stock --key Sku
+      connector push --db duckdb:///:memory: --sql "SELECT * FROM 'exports/*.parquet'" \\
+          --table Stock --key Sku --mode mirror
 
     Exit codes: 0 done · 1 invalid FILE or a failed push (an invalid FILE writes nothing) ·
     2 bad usage, or a mirror stopped by its delete guard · 3 rows rejected by the server
     (written to --rejects).
     """
-    import time
-
-    from connector.push.report import now
-
-    started_at, began = now(), time.monotonic()
     cap = _cap(max_concurrency, concurrency)
-    rejects = rejects or file.with_name(file.stem + ".rejects.csv")
+    source: Any = _push_source(file, db, sql)
+    rejects = rejects or _rejects_beside(file, table)
     planning = dry_run or plan_out is not None
-    result: Any = None
-    error: ConnectorError | None = None
-    try:
-        from connector.api import Client
+
+    def call(client: Any) -> Any:
         from connector.push import push
         from connector.push.plan import check_delete_guard
-        from connector.push.report import describe_plan
 
-        with Client(base_url, max_concurrency=cap) as client:
-            cap = client.concurrency.maximum
-            result = push(
-                client, file, table=table, key=key, mode=mode, dry_run=dry_run, sheet=sheet,
-                max_delete_ratio=max_delete_ratio, allow_delete=allow_delete, plan_out=plan_out,
-                rejects=rejects, progress=None if not as_json else False, date_format=date_format,
-                null_values=null_values, excel_safe=excel_safe,
-                merged_cells=cast(MergedCells, merged_cells),
-            )
-        if planning and not as_json:
-            click.echo(describe_plan(result.plan))
-        if planning:
+        applied = push(
+            client, source, table=table, key=key, mode=mode, dry_run=dry_run, sheet=sheet,
+            max_delete_ratio=max_delete_ratio, allow_delete=allow_delete, plan_out=plan_out,
+            rejects=rejects, progress=None if not as_json else False, date_format=date_format,
+            null_values=null_values, excel_safe=excel_safe,
+            merged_cells=cast(MergedCells, merged_cells),
+        )
+        if planning:  # a dry run shows the plan, and whether the guard would stop it
+            shown.append(applied)
             check_delete_guard(
-                result.plan, max_delete_ratio=max_delete_ratio, allow_delete=allow_delete
+                applied.plan, max_delete_ratio=max_delete_ratio, allow_delete=allow_delete
             )
-            if plan_out is not None and not as_json:
-                click.echo(f"plan saved to {plan_out}; apply it with: connector apply {plan_out}")
-    except ConnectorError as exc:
-        error = exc
-    except KeyboardInterrupt:
-        _push_interrupted(as_json, "push", started_at, began, file=file, table=table, cap=cap)
-        raise
-    _push_finish(
-        ctx, "push", as_json, started_at, time.monotonic() - began, file=file, table=table,
-        result=result, error=error, dry_run=planning, rejects=rejects, plan_out=plan_out, cap=cap,
-    )
+        return applied
+
+    shown: list[Any] = []
+    label = source if isinstance(source, str) else source.name  # a query's: no password
+    _drive_push(ctx, "push", call, as_json=as_json, base_url=base_url, cap=cap, file=label,
+                table=table, planning=planning, rejects=rejects, plan_out=plan_out, shown=shown)
 
 
 @main.command("apply")
@@ -500,79 +504,132 @@ def apply_command(
     Exit codes: 0 done · 1 the rows changed since the plan (nothing written) or the apply
     failed · 2 not a plan file, or bad usage · 3 rows rejected by the server (see --rejects).
     """
-    import time
-
-    from connector.push.report import now
-
-    started_at, began = now(), time.monotonic()
     cap = _cap(max_concurrency, concurrency)
     rejects = rejects or plan.with_name(plan.stem + ".rejects.csv")
-    result: Any = None
-    error: ConnectorError | None = None
-    try:
-        from connector.api import Client
+
+    def call(client: Any) -> Any:
         from connector.push import apply
 
-        with Client(base_url, max_concurrency=cap) as client:
-            cap = client.concurrency.maximum
-            result = apply(client, plan, rejects=rejects, progress=None if not as_json else False)
-    except ConnectorError as exc:
-        error = exc
-    except KeyboardInterrupt:
-        _push_interrupted(as_json, "apply", started_at, began, file=plan, table=None, cap=cap)
-        raise
-    _push_finish(
-        ctx, "apply", as_json, started_at, time.monotonic() - began, file=plan, table=None,
-        result=result, error=error, dry_run=False, rejects=rejects, plan_out=None, cap=cap,
-    )
+        return apply(client, plan, rejects=rejects, progress=None if not as_json else False)
+
+    _drive_push(ctx, "apply", call, as_json=as_json, base_url=base_url, cap=cap, file=str(plan),
+                table=None, planning=False, rejects=rejects, plan_out=None, shown=[])
 
 
-def _push_interrupted(
-    as_json: bool, command: str, started_at: str, began: float, *, file: Path,
-    table: str | None, cap: int | None,
+def _push_source(file: str | None, db: str | None, sql: str | None) -> Any:
+    """FILE, or the query --db and --sql name (a usage error unless it is one of the two)."""
+    if file is not None and (db is not None or sql is not None):
+        raise click.UsageError("give a FILE or --db and --sql, not both")
+    if file is not None:
+        return file
+    if db is None or sql is None:
+        missing = "a FILE, or --db and --sql" if db is None and sql is None else (
+            "--sql (the query to run on --db)" if sql is None else "--db (the database --sql runs on)"
+        )
+        raise click.UsageError(f"missing {missing}")
+    from connector.push.source import Query
+
+    return Query(db, sql)
+
+
+def _rejects_beside(file: str | None, table: str) -> Path:
+    """Where rejected rows go by default: beside a local FILE, else in the working directory
+    named after the table."""
+    from connector.destinations.storage import is_remote
+
+    if file is not None and not is_remote(file) and not Path(file).is_dir():
+        return Path(file).with_name(Path(file).stem + ".rejects.csv")
+    stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in table)
+    return Path(f"{stem}.rejects.csv")
+
+
+def _drive_push(
+    ctx: click.Context, command: str, call: Any, *, as_json: bool, base_url: str | None,
+    cap: int | None, file: str, table: str | None, planning: bool, rejects: Path,
+    plan_out: Path | None, shown: list[Any],
 ) -> None:
-    """The one --json summary of a push or apply stopped by Ctrl-C (then exit 130)."""
-    if as_json:
-        import json
+    """Run a push or apply (`call(client)` returns its `Applied`) and end the command through
+    `connector.driver.drive`: its one summary (the push as the one entry of ``pushes``, one
+    status by `connector.results.outcome`) and exit code, whatever happens. `shown`: a dry
+    run's `Applied`, kept to print its plan even when the delete guard then refuses it."""
+    from connector.driver import drive
+
+    done: dict[str, Any] = {}
+
+    def body() -> Any:
         import time
 
-        from connector.push.report import summary
+        from connector.jobs.stamps import now
+        from connector.process import interrupt_code
+        from connector.push.report import reported
+        from connector.results import PushResult, RunSummary, outcome
 
-        done = summary(command, started_at=started_at, seconds=time.monotonic() - began,
-                       file=file, table=table, interrupted=True, max_concurrency=cap or 0)
-        click.echo(json.dumps(done, indent=2))
+        started, began = now(), time.monotonic()
+        client: Any = None
+        applied: Any = None
+        error: ConnectorError | None = None
+        status: Any = "ok"
+        code: int = ExitCode.OK
+        message: str | None = None
+        try:
+            from connector.api import Client
 
+            with Client(base_url, max_concurrency=cap) as client:
+                applied = call(client)
+        except ConnectorError as exc:
+            error = exc
+            if ctx.obj and ctx.obj.get("debug"):
+                import traceback
 
-def _push_finish(
-    ctx: click.Context, command: str, as_json: bool, started_at: str, seconds: float, *,
-    file: Path, table: str | None, result: Any, error: ConnectorError | None, dry_run: bool,
-    rejects: Path, plan_out: Path | None, cap: int | None,
-) -> None:
-    """Print what a push or apply did (or the one summary, --json) and exit with its code."""
-    from connector.push.report import describe_result, headline, summary
+                from connector.api.keys import redact
 
-    done = summary(
-        command, started_at=started_at, seconds=seconds, file=file, table=table, result=result,
-        error=error, dry_run=dry_run, rejects_file=rejects, plan_file=plan_out,
-        max_concurrency=cap or 0,
-    )
-    if as_json:
-        import json
+                click.echo(redact(traceback.format_exc()).rstrip("\n"), err=True)
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM mid-push: one summary still
+            by = "Ctrl-C" if interrupt_code(exc) == ExitCode.INTERRUPTED else "SIGTERM"
+            stop = (f"interrupted by {by}: rows in flight may have been written; run the push "
+                    "again to finish")
+            entry = PushResult(str(file), table, "failed", error=stop)
+            status, code, message = "interrupted", interrupt_code(exc), stop
+        if error is not None or applied is not None:
+            entry = reported(
+                file, table, applied if error is None else (shown or [None])[0], error=error,
+                dry_run=planning, rejects_file=rejects, plan_file=plan_out,
+            )
+            status, code = outcome([entry], entry.error if error else None,
+                                   error.exit_code if error else None)
+            message = entry.error if error else None
+        limit = client.concurrency if client is not None else None
+        summary = RunSummary(
+            job=command, status=status, exit_code=int(code), dry_run=planning,
+            started_at=started, finished_at=now(), state_file=None, destinations=[],
+            pushes=[entry], error=message, seconds=round(time.monotonic() - began, 3),
+            concurrency=limit.peak if limit else 0, max_concurrency=limit.maximum if limit else 0,
+        )
+        done.update(applied=applied, error=error)
+        if entry.rejected:
+            click.secho(f"{entry.rejected} row(s) rejected; written to {rejects}", fg="yellow",
+                        err=True)
+        return summary
 
-        click.echo(json.dumps(done, indent=2))
-    if error is not None:
-        if ctx.obj and ctx.obj.get("debug"):
-            raise error
-        head, details = headline(error)
-        click.secho(f"error: {head}", fg="red", err=True)
-        for line in details:
-            click.echo(f"  {line}", err=True)
-        ctx.exit(done["exit_code"])
-    if not as_json and not dry_run:
-        click.echo(describe_result(result))
-    if result.rejected:
-        click.secho(f"{len(result.rejected)} row(s) rejected; written to {rejects}", fg="yellow", err=True)
-    ctx.exit(done["exit_code"])
+    def text(summary: Any) -> None:
+        from connector.push.report import describe_plan, describe_result, headline
+
+        if shown:
+            click.echo(describe_plan(shown[0].plan))
+        error = done.get("error")
+        if error is not None:
+            head, details = headline(error)
+            click.secho(f"error: {head}", fg="red", err=True)
+            for line in details:
+                click.echo(f"  {line}", err=True)
+        elif summary.status == "interrupted":
+            return
+        elif plan_out is not None:
+            click.echo(f"plan saved to {plan_out}; apply it with: connector apply {plan_out}")
+        elif not planning:
+            click.echo(describe_result(done["applied"]))
+
+    drive(ctx, lambda: command, body, as_json=as_json, text=text, dry_run=planning)
 
 
 # Start-up is over: Ctrl-C is a KeyboardInterrupt again, which `_Root` turns into exit 130

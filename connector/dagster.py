@@ -81,7 +81,10 @@ def assets_from_job(path: str | Path) -> list[dg.AssetsDefinition]:
 def _assets(job: Job) -> list[dg.AssetsDefinition]:
     group = _name(job.name)
     tables = _tables(job)
-    pushes = [_PushAsset(f"push_{_name(Path(s.file).stem)}", s) for s in job.pushes]
+    pushes = [
+        _PushAsset(f"push_{_name(Path(s.file).stem if s.file is not None else s.table)}", s)
+        for s in job.pushes
+    ]
     taken: dict[str, str] = {}
     named = [*((t.asset, t.value) for t in tables), *((p.asset, p.spec.where) for p in pushes)]
     for asset, where in named:
@@ -221,7 +224,7 @@ def _push_asset(job: Job, group: str, push: _PushAsset) -> dg.AssetsDefinition:
         name=push.asset,
         key_prefix=[group],
         group_name=group,
-        description=f"{push.spec.file} pushed into {push.spec.table!r} ({job.path}).",
+        description=f"{push.spec.source} pushed into {push.spec.table!r} ({job.path}).",
     )
     def _push(context: dg.AssetExecutionContext) -> dg.MaterializeResult[None]:
         summary = _run(one, context)

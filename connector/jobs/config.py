@@ -174,9 +174,11 @@ class TableSelection:
 
 @dataclass(frozen=True)
 class PushSpec:
-    """Push a spreadsheet (or Parquet file) into a table, matching rows by `key`."""
+    """Push a spreadsheet (a Parquet file or folder, an object storage URL), or the rows a
+    query returns (`db` and `sql`), into a table, matching rows by `key`."""
 
-    file: Path
+    #: The file, folder or ``s3://`` URL; None for a query.
+    file: Path | str | None
     table: str
     key: tuple[str, ...]
     mode: PushMode
@@ -190,6 +192,18 @@ class PushSpec:
     excel_safe: bool = False
     #: An Excel sheet's merged cells: ``refuse`` or ``fill`` (push's ``--merged-cells``).
     merged_cells: MergedCells = "refuse"
+    #: A database URL and the query whose rows are pushed (push's ``--db`` and ``--sql``).
+    db: str | None = None
+    sql: str | None = None
+
+    @property
+    def source(self) -> str:
+        """What is pushed, as reports name it (a query by its database, no password)."""
+        if self.file is not None:
+            return str(self.file)
+        from connector.push.query import safe_url
+
+        return f"query on {safe_url(self.db or '')}"
 
 
 @dataclass(frozen=True)
@@ -606,23 +620,26 @@ class _Parser:
         null_values = section.strings("null_values") or ()
         excel_safe = section.boolean("excel_safe", False)
         merged_cells = section.choice("merged_cells", MERGED_CELLS, "refuse")
+        db = section.string("db")
+        sql = section.string("sql")
         section.done()
-        if file is None:
-            raise self.error(f"{where}.file", "missing: the spreadsheet to push")
+        if file is not None and (db is not None or sql is not None):
+            raise self.error(where, "set file (a spreadsheet) or db and sql (a query), not both")
+        if file is None and db is None and sql is None:
+            raise self.error(f"{where}.file", "missing: the spreadsheet to push (or db and sql)")
         if table is None:
             raise self.error(f"{where}.table", "missing: the table (name or id) to push into")
         if not key:
             raise self.error(f"{where}.key", "missing: the column(s) that identify a row")
-        path = self.path(file)
-        if path.suffix.lower() not in PUSH_SUFFIXES:
-            raise self.error(
-                f"{where}.file", f"must end in one of {', '.join(PUSH_SUFFIXES)}; got {path.name!r}"
-            )
-        if not path.is_file():
-            raise self.error(f"{where}.file", f"no such file: {path}")
-        if sheet is not None and path.suffix.lower() not in (".xlsx", ".xlsm"):
+        path: Path | str | None = None
+        if file is not None:
+            path = self.push_file(file, where)
+        else:
+            db = self.push_query(db, sql, where)
+        excel = isinstance(path, Path) and path.suffix.lower() in (".xlsx", ".xlsm")
+        if sheet is not None and not excel:
             raise self.error(f"{where}.sheet", "only applies to Excel files")
-        if merged_cells != "refuse" and path.suffix.lower() not in (".xlsx", ".xlsm"):
+        if merged_cells != "refuse" and not excel:
             raise self.error(f"{where}.merged_cells", "only applies to Excel files")
         if date_format is not None and "%" not in date_format:
             raise self.error(
@@ -631,8 +648,58 @@ class _Parser:
         return PushSpec(
             path, table, key, cast(PushMode, mode), sheet, where, date_format,
             null_values=null_values, excel_safe=excel_safe,
-            merged_cells=cast(MergedCells, merged_cells),
+            merged_cells=cast(MergedCells, merged_cells), db=db, sql=sql,
         )
+
+    def push_file(self, file: str, where: str) -> Path | str:
+        """A push's file: a spreadsheet or Parquet file, a folder of Parquet files (relative
+        to the job file), or an object storage URL."""
+        from connector.destinations.storage import check_location, is_remote
+
+        if is_remote(file):
+            try:
+                return check_location(file, f"{where}.file")
+            except ConfigError as exc:
+                raise self.error(f"{where}.file", str(exc).removeprefix(f"{where}.file: ")) from None
+        path = self.path(file)
+        if path.is_dir():
+            return path
+        if path.suffix.lower() not in PUSH_SUFFIXES:
+            raise self.error(
+                f"{where}.file", f"must end in one of {', '.join(PUSH_SUFFIXES)} (or be a folder "
+                f"of Parquet files); got {path.name!r}"
+            )
+        if not path.is_file():
+            raise self.error(f"{where}.file", f"no such file: {path}")
+        return path
+
+    def push_query(self, db: str | None, sql: str | None, where: str) -> str:
+        """A push's database URL (a relative SQLite or DuckDB file made absolute against the
+        job file's folder), checked with its query; job files hold no password."""
+        if db is None:
+            raise self.error(f"{where}.db", "missing: the database the sql runs on")
+        if sql is None or not sql.strip():
+            raise self.error(f"{where}.sql", "missing: the query whose rows are pushed")
+        from connector.push.query import check_url
+
+        try:
+            check_url(db, f"{where}.db")
+        except ConfigError as exc:
+            raise self.error(f"{where}.db", str(exc).removeprefix(f"{where}.db: ")) from None
+        if db.lower().startswith("duckdb:///"):
+            path = db.removeprefix("duckdb:///")
+            return db if path == ":memory:" else "duckdb:///" + str(self.path(path))
+        import sqlalchemy as sa
+
+        url = sa.engine.make_url(db)
+        if url.password:
+            raise self.error(
+                f"{where}.db", "holds a password: leave it out and let the driver read it from "
+                "the environment (PGPASSWORD, ~/.pgpass); job files hold no secrets"
+            )
+        if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+            url = url.set(database=str(self.path(str(url.database))))
+        return url.render_as_string(hide_password=False)
 
 
 def _check_env_name(parser: _Parser, where: str, value: str) -> None:

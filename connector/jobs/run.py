@@ -171,7 +171,7 @@ class _Runner:
             self.tables = list(self.context.results) if self.context else self.tables
             if self.pushing is not None:  # stopped mid-apply: some of its rows may be written
                 self.pushes.append(PushResult(
-                    str(self.pushing.file), self.pushing.table, "failed",
+                    self.pushing.source, self.pushing.table, "failed",
                     error="interrupted: rows in flight may have been written; run again to finish",
                 ))
                 self.emit("push", **asdict(self.pushes[-1]))
@@ -300,13 +300,14 @@ def failed_summary(
 
 
 def _push(client: Client, job: Job, spec: PushSpec, dry_run: bool, emit: Reporter) -> PushResult:
-    from connector.push import push, written_before  # pandas-heavy: only jobs that push pay
-    from connector.push.report import describe_plan
+    from connector.push import Query, push  # pandas-heavy: only jobs that push pay
+    from connector.push.report import reported
 
+    source = spec.file if spec.file is not None else Query(spec.db or "", spec.sql or "", ("db", "sql"))
     try:
-        result = push(
+        applied = push(
             client,
-            spec.file,
+            source,
             table=spec.table,
             key=list(spec.key),
             mode=spec.mode,
@@ -321,32 +322,9 @@ def _push(client: Client, job: Job, spec: PushSpec, dry_run: bool, emit: Reporte
     except ConfigError as exc:  # the table or key does not fit: name the job's key at fault
         raise exc.where(f"{job.path}: {spec.where}: ") from None
     except ConnectorError as exc:  # invalid spreadsheet (nothing written), API failure
-        done = written_before(exc)  # what an apply stopped part-way had written
-        out = PushResult(
-            str(spec.file),
-            spec.table,
-            "failed",
-            created=done.created if done else 0,
-            updated=done.updated if done else 0,
-            deleted=done.deleted if done else 0,
-            error=str(exc),
-            rejected=len(done.rejected) if done else 0,
-        )
+        out = reported(spec.source, spec.table, error=exc)
     else:
-        counts = result.plan.counts if dry_run else result.applied
-        rejected = len(result.rejected)
-        out = PushResult(
-            str(spec.file),
-            spec.table,
-            "failed" if rejected else "planned" if dry_run else "ok",
-            created=counts.created,
-            updated=counts.updated,
-            deleted=counts.deleted,
-            unchanged=counts.unchanged,
-            error=f"the server rejected {rejected} rows" if rejected else None,
-            plan=describe_plan(result.plan) if dry_run else None,
-            rejected=rejected,
-        )
+        out = reported(spec.source, spec.table, applied, dry_run=dry_run)
     emit("push", **asdict(out))
     return out
 

@@ -1,14 +1,17 @@
-"""Push a spreadsheet or DataFrame into a table: read, validate, plan, apply.
+"""Push a spreadsheet, a DataFrame or a query's rows into a table: read, validate, plan, apply.
 
-    source (CSV / xlsx / Parquet / DataFrame)
+    source (CSV / xlsx / Parquet file, folder or object / DataFrame / `Query`)
+      -> header     its columns against the table's, before a row is read (`check_header`)
       -> validate   every problem at once, before any write (`ValidationReport`)
-      -> plan       diff against the live table by key (`Plan`, JSON-serialisable)
-      -> apply      bulk creates, PATCHes of changed cells, bulk deletes (`PushResult`)
+      -> plan       diff by key against the live table, read in chunks (`Diff` -> `Plan`)
+      -> apply      bulk creates, PATCHes of changed cells, bulk deletes (`Applied`)
 
 `push` does it all in one call; `apply` applies a plan saved earlier, after checking that the
-rows it touches have not changed since. Each is one coroutine on the client's async core
-(`Client.aio`), run on the client's engine (`Client.run`): reads, writes and re-reads share
-its one transport, rate limiter and retry policy, with no thread or loop in between.
+rows it touches have not changed since. Reading the source is blocking work done first;
+the rest is one coroutine on the client's async core (`Client.aio`), run on the client's
+engine (`Client.run`): reads, writes and re-reads share its one transport, rate limiter and
+retry policy. A run reports an `Applied` as a `connector.results.PushResult`
+(`connector.push.report.reported`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from connector.errors import ConfigError, NotFound
 from connector.modes import MergedCells
 from connector.progress import progress as progress_bar
 from connector.push.apply import (
-    PushResult,
+    Applied,
     Rejected,
     apply_plan,
     write_rejects,
@@ -39,27 +42,36 @@ from connector.push.plan import (
     MODES,
     Counts,
     DeleteGuard,
+    Diff,
     Mode,
     Plan,
     PlanError,
     check_current,
     check_delete_guard,
-    make_plan,
 )
-from connector.push.source import Source, SourceError, read_source
-from connector.push.validate import Key, Problem, ValidationReport, validate
+from connector.push.source import Query, SourceError, open_source
+from connector.push.validate import (
+    Key,
+    Prepared,
+    Problem,
+    ValidationReport,
+    check_header,
+    validate,
+    wanted,
+)
 from connector.schema import Table
 from connector.tables import resolve_table, table_not_found
 
 __all__ = [
     "MODES",
+    "Applied",
     "Counts",
     "DeleteGuard",
     "Mode",
     "Plan",
     "PlanError",
     "Problem",
-    "PushResult",
+    "Query",
     "Rejected",
     "SourceError",
     "ValidationReport",
@@ -71,7 +83,7 @@ __all__ = [
 
 def push(
     client: Client,
-    source: str | Path | pd.DataFrame,
+    source: str | Path | pd.DataFrame | Query,
     *,
     table: str | Table,
     key: str | Sequence[str],
@@ -88,8 +100,12 @@ def push(
     null_values: Sequence[str] = (),
     excel_safe: bool = False,
     merged_cells: MergedCells = "refuse",
-) -> PushResult:
+) -> Applied:
     """Make `table` match `source` on `key` (columns, or ``"id"``), and report what was done.
+
+    `source` is a DataFrame, a CSV, ``.xlsx`` or Parquet file, a folder of Parquet files, an
+    object storage URL, or a `Query` (the rows SQL returns from a database). Its columns
+    are checked against the table before its rows, or the table's, are read.
 
     `mode` is ``insert``, ``update``, ``upsert`` or ``mirror`` (upsert, then delete the rows
     the source lacks). Nothing is written when the source is invalid (`ValidationReport`), when a mirror would
@@ -110,14 +126,21 @@ def push(
     if date_format is not None and (why := check_date_format(date_format)) is not None:
         raise ConfigError(f"--date-format {date_format!r}: {why}")
     started = time.perf_counter()
-    data: Source = read_source(  # a bad file fails before any request
+    opened = open_source(  # a bad file fails before any request
         source, sheet=sheet, null_values=null_values, excel_safe=excel_safe,
         merged_cells=merged_cells,
     )
+    schema = table if isinstance(table, Table) else client.run(_resolve(client.aio, table))
+    parsed = Key.parse(key, schema)
+    if opened.columns is not None:  # a wrong key or column: said before any row is read
+        check_header(opened.name, opened.columns, schema, parsed)
+    columns = None if opened.columns is None else wanted(opened.columns, schema, parsed)
+    # The source as read is let go once validated: only its canonical cells are kept.
+    prepared = validate(opened.read(columns), schema, parsed, date_format=date_format)
     return client.run(_push(
-        client.aio, data, started, table=table, key=key, mode=mode, dry_run=dry_run,
+        client.aio, prepared, started, mode=mode, dry_run=dry_run,
         max_delete_ratio=max_delete_ratio, allow_delete=allow_delete, plan_out=plan_out,
-        rejects=rejects, concurrency=concurrency, progress=progress, date_format=date_format,
+        rejects=rejects, concurrency=concurrency, progress=progress,
     ))
 
 
@@ -128,7 +151,7 @@ def apply(
     rejects: str | Path | None = None,
     concurrency: int | None = None,
     progress: bool | None = None,
-) -> PushResult:
+) -> Applied:
     """Apply a saved plan; `PlanError` (nothing written) if the rows it touches changed since."""
     if not isinstance(plan, Plan):
         path = Path(plan)
@@ -142,11 +165,9 @@ def apply(
 
 async def _push(
     client: AsyncClient,
-    data: Source,
+    prepared: Prepared,
     started: float,
     *,
-    table: str | Table,
-    key: str | Sequence[str],
     mode: str,
     dry_run: bool,
     max_delete_ratio: float | None,
@@ -155,19 +176,16 @@ async def _push(
     rejects: str | Path | None,
     concurrency: int | None,
     progress: bool | None,
-    date_format: str | None,
-) -> PushResult:
-    schema = table if isinstance(table, Table) else await _resolve(client, table)
-    parsed = Key.parse(key, schema)
-    prepared = validate(data, schema, parsed, date_format=date_format)
-    live = await read_live_async(client, schema)
-    plan = make_plan(prepared, live, cast(Mode, mode))
+) -> Applied:
+    diff = Diff(prepared, cast(Mode, mode))
+    await read_live_async(client, prepared.table, columns=(), each=diff.add, keep=False)
+    plan = diff.plan()
     if plan_out is None and dry_run:
-        return PushResult(plan, dry_run=True, seconds=time.perf_counter() - started)
+        return Applied(plan, dry_run=True, seconds=time.perf_counter() - started)
     check_delete_guard(plan, max_delete_ratio=max_delete_ratio, allow_delete=allow_delete)
     if plan_out is not None:
         _write_plan(Path(plan_out), plan)
-        return PushResult(plan, dry_run=True, seconds=time.perf_counter() - started)
+        return Applied(plan, dry_run=True, seconds=time.perf_counter() - started)
     result = await _apply(client, plan, rejects, concurrency, progress)
     return replace(result, seconds=time.perf_counter() - started)
 
@@ -175,10 +193,10 @@ async def _push(
 async def _apply_saved(
     client: AsyncClient, plan: Plan, rejects: str | Path | None, concurrency: int | None,
     progress: bool | None,
-) -> PushResult:
+) -> Applied:
     started = time.perf_counter()
     current = await client.get_table(plan.table.id)
-    live = await read_live_async(client, current)
+    live = await read_live_async(client, current, columns=plan.key.columns)
     check_current(plan, live)
     result = await _apply(client, plan, rejects, concurrency, progress)
     return replace(result, seconds=time.perf_counter() - started)
@@ -187,9 +205,9 @@ async def _apply_saved(
 async def _apply(
     client: AsyncClient, plan: Plan, rejects: str | Path | None, concurrency: int | None,
     progress: bool | None,
-) -> PushResult:
+) -> Applied:
     if plan.is_empty:
-        return PushResult(plan)
+        return Applied(plan)
     with progress_bar(f"push {plan.table.name}", plan.requests, enabled=progress) as bar:
         result = await apply_plan(client, plan, concurrency=concurrency, bar=bar)
     if rejects is not None and result.rejected:

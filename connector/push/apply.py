@@ -57,7 +57,7 @@ from connector.push.plan import (
 )
 
 __all__ = [
-    "PushResult",
+    "Applied",
     "Rejected",
     "apply_plan",
     "excel_safe",
@@ -89,8 +89,9 @@ class Rejected:
 
 
 @dataclass(frozen=True)
-class PushResult:
-    """What a push planned and what it did. A dry run did nothing: all counts are zero."""
+class Applied:
+    """What a push planned and what its apply did (a dry run did nothing: all counts are
+    zero). A run reports it as a `connector.results.Applied` (`connector.push.report`)."""
 
     plan: Plan
     created: int = 0
@@ -116,6 +117,7 @@ class PushResult:
         )
 
     def summary(self) -> str:
+        """The one line people read: counts, requests and seconds."""
         return (
             f"created {self.created}, updated {self.updated}, deleted {self.deleted}, "
             f"rejected {len(self.rejected)}, requests {self.requests}, {self.seconds:.2f} s"
@@ -128,7 +130,7 @@ async def apply_plan(
     *,
     concurrency: int | None = None,
     bar: Progress | None = None,
-) -> PushResult:
+) -> Applied:
     """Send `plan`'s writes (creates, then updates, then deletes) and count what happened.
 
     As many requests are in flight as the client's adaptive limit allows (`concurrency`, if
@@ -147,15 +149,17 @@ async def apply_plan(
     except ConnectorError as exc:
         setattr(exc, _WRITTEN, run.result(time.perf_counter() - started))
         raise
+    finally:
+        await run.settle()
     return run.result(time.perf_counter() - started)
 
 
-def written_before(exc: BaseException) -> PushResult | None:
+def written_before(exc: BaseException) -> Applied | None:
     """What an apply that stopped with `exc` had written before (None: `exc` did not come
     from an apply). Rows in flight when it stopped may have been written too: a rerun of the
     push finds them and converges."""
     written = getattr(exc, _WRITTEN, None)
-    return written if isinstance(written, PushResult) else None
+    return written if isinstance(written, Applied) else None
 
 
 class _Run:
@@ -178,9 +182,10 @@ class _Run:
         #: Bulk create bodies stay under this; a 413 lowers it.
         self.max_bytes = MAX_REQUEST_BYTES
         self._next_read: asyncio.Future[Live] | None = None
+        self._reads: set[asyncio.Future[Live]] = set()  # re-reads not yet finished
 
-    def result(self, seconds: float) -> PushResult:
-        return PushResult(
+    def result(self, seconds: float) -> Applied:
+        return Applied(
             plan=self.plan,
             created=self.created,
             updated=self.updated,
@@ -316,18 +321,27 @@ class _Run:
             self.deleted += len(ids)
             return
 
+    async def settle(self) -> None:
+        """Stop a re-read no request waits for any more (the apply failed meanwhile): left
+        running, it would outlive the apply and the loop."""
+        for read in self._reads:
+            read.cancel()
+        await asyncio.gather(*self._reads, return_exceptions=True)
+
     async def _reread(self) -> Live:
         """The table as it is now. Failures seen while a re-read waits to start share it
         (a read that starts after a failure was seen shows whatever that request committed)."""
         if self._next_read is None:
             self._next_read = asyncio.ensure_future(self._read_soon())
+            self._reads.add(self._next_read)
+            self._next_read.add_done_callback(self._reads.discard)
         return await asyncio.shield(self._next_read)
 
     async def _read_soon(self) -> Live:
         await asyncio.sleep(REREAD_GATHER_SECONDS)
         self._next_read = None  # failures seen from now on need a later read
         self.rereads += 1
-        return await read_live_async(self.client, self.plan.table)
+        return await read_live_async(self.client, self.plan.table, columns=self.plan.key.columns)
 
     def _reject(
         self, row: int | None, row_id: str | None, fields: dict[str, Any],

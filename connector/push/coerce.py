@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from connector.schema import CHECKBOX_FALSE, CHECKBOX_TRUE, Column
 
@@ -87,6 +88,9 @@ def coerce_column(cells: pd.Series, column: Column, *, date_format: str | None =
     """
     kind = column.kind.name
     cells = cells.reset_index(drop=True)
+    typed = _typed(cells, column, date_format)
+    if typed is not None:
+        return typed
     obj = cells.astype(object) if cells.dtype != object else cells
     types = obj.map(type)
     kinds = types.map({t: _kind_of_type(t) for t in types.unique()}).to_numpy()
@@ -100,14 +104,53 @@ def coerce_column(cells: pd.Series, column: Column, *, date_format: str | None =
     is_str[np.flatnonzero(is_str)[blank]] = False
     # NaN floats and NaT are nulls already; keep counting honest for them too.
     counts["empty → null"] += int((nulls & (kinds != "str")).sum())
-
     out = pd.Series(pd.NA, index=cells.index, dtype=canonical_dtype(column))
-    errors: dict[int, str] = {}
-    ctx = _Ctx(kind, obj, kinds, nulls, out, errors, counts, date_format)
-    ctx.strings(is_str)
+    ctx = _Ctx(kind, obj, kinds, nulls, out, {}, counts, date_format)
+    ctx.strings(is_str, texts[~blank])
     for cell_kind in ("number", "bool", "date", "datetime", "other"):
         ctx.natives(cell_kind)
-    return Coerced(ctx.out, errors, +counts)
+    return Coerced(ctx.out, ctx.errors, +counts)
+
+
+def _typed(cells: pd.Series, column: Column, date_format: str | None) -> Coerced | None:
+    """A column whose cells are all of one type (a Parquet file's, a query's), coerced without
+    a Python object per cell: text into any column, numbers into a number column, booleans
+    into a checkbox, dates into a date. None for the other pairs (the cell-by-cell path)."""
+    kind, dtype = column.kind.name, cells.dtype
+    nulls = cells.isna().to_numpy(dtype=bool)
+    counts: Counter[str] = Counter({"empty → null": int(nulls.sum())})
+    if isinstance(dtype, pd.StringDtype):
+        return _texts(cells, column, nulls, counts, date_format)
+    if kind == "date" and isinstance(dtype, pd.ArrowDtype) and pa.types.is_date(dtype.pyarrow_dtype):
+        iso = pa.array(cells.array).cast(pa.string())  # YYYY-MM-DD, years before 1000 too
+        text = pd.Series(iso.to_pandas(types_mapper=lambda _: pd.StringDtype("pyarrow")))
+        return Coerced(text.set_axis(cells.index), {}, +counts)
+    if kind == "number" and pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype):
+        values = cells.astype("Float64")
+        bad = values.notna().to_numpy(dtype=bool) & ~np.isfinite(values.to_numpy(dtype=float, na_value=0.0))
+        return Coerced(values.mask(bad), dict.fromkeys(np.flatnonzero(bad).tolist(), _NOT[kind]), +counts)
+    if kind == "checkbox" and pd.api.types.is_bool_dtype(dtype):
+        return Coerced(cells.astype("boolean"), {}, +counts)
+    return None
+
+
+def _texts(
+    cells: pd.Series, column: Column, nulls: np.ndarray[Any, Any], counts: Counter[str],
+    date_format: str | None,
+) -> Coerced:
+    """`_typed` for text cells: the string rules of the column's type, all at once."""
+    texts = cells.astype("string")
+    trimmed = texts if column.kind.name in TEXT_KINDS else texts.str.strip()
+    blank = trimmed.eq("").fillna(False).to_numpy(dtype=bool)
+    counts["empty → null"] += int(blank.sum())
+    if blank.any():
+        texts = texts.mask(blank)
+    if column.kind.name in TEXT_KINDS:  # text is text: nothing to convert, nothing can fail
+        return Coerced(texts, {}, +counts)
+    out = pd.Series(pd.NA, index=cells.index, dtype=canonical_dtype(column))
+    ctx = _Ctx(column.kind.name, cells, np.array([]), nulls | blank, out, {}, counts, date_format)
+    ctx.strings(~(nulls | blank), texts)
+    return Coerced(ctx.out, ctx.errors, +counts)
 
 
 def check_date_format(date_format: str) -> str | None:
@@ -185,11 +228,15 @@ class _Ctx:
     counts: Counter[str]
     date_format: str | None = None
 
-    def strings(self, mask: np.ndarray[Any, Any]) -> None:
+    def strings(self, mask: np.ndarray[Any, Any], texts: pd.Series) -> None:
+        """The cells at `mask`, whose text is `texts` (all of the column's, or those at
+        `mask` only), by the column type's string rule."""
         if not mask.any():
             return
         positions = np.flatnonzero(mask)
-        texts = pd.Series(self.cells.iloc[positions].to_numpy(), dtype="string")
+        if len(texts) != len(positions):
+            texts = texts.iloc[positions]
+        texts = texts.reset_index(drop=True)
         notes: dict[int, str] = {}
         if self.type == "date":
             values, failed, counts = _date_strings(texts, self.date_format, notes)
@@ -212,16 +259,20 @@ class _Ctx:
             self._same_kind(np.flatnonzero(mask))
             return
         rule = _NATIVE_RULES[self.type].get(kind)
+        done: list[int] = []
+        values: list[Any] = []
         for pos in np.flatnonzero(mask).tolist():
-            value = self.cells.iat[pos]
-            result = rule(value) if rule else None
+            result = rule(self.cells.iat[pos]) if rule else None
             if result is None:
                 self.errors[int(pos)] = _NOT[self.type]
                 continue
             converted, counted = result
-            self.out.iat[pos] = converted
+            done.append(pos)
+            values.append(converted)
             if counted:
                 self.counts[counted] += 1
+        if done:  # one assignment: setting cells one by one copies an Arrow column each time
+            self.out.iloc[done] = pd.array(values, dtype=self.out.dtype)  # type: ignore[arg-type]
 
 
     def _same_kind(self, positions: np.ndarray[Any, Any]) -> None:

@@ -12,18 +12,20 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import orjson
 import pandas as pd
+import pyarrow as pa
+from pandas.arrays import ArrowExtensionArray
 
 from connector.api import MAX_BULK_ROWS
 from connector.errors import ConfigError, DeleteGuard, PlanError, ValidationReport
 from connector.modes import PUSH_MODES, PushMode
 from connector.push.coerce import coerce_column, same_values, wire_values
-from connector.push.live import Live
-from connector.push.validate import Key, Prepared, Problem
+from connector.push.live import Live, stamps_of
+from connector.push.validate import Key, Prepared, Problem, duplicated, key_hashes
 from connector.schema import Column, Table
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "Create",
     "Delete",
     "DeleteGuard",
+    "Diff",
     "Mode",
     "Plan",
     "PlanError",
@@ -40,6 +43,7 @@ __all__ = [
     "check_current",
     "check_delete_guard",
     "create_batches",
+    "gather",
     "make_plan",
 ]
 
@@ -206,72 +210,238 @@ def create_batches(
 
 
 def make_plan(prepared: Prepared, live: Live, mode: Mode = "upsert") -> Plan:
-    """Diff `prepared` against `live` by the key; ValidationReport for ids the table lacks."""
-    if mode not in MODES:
-        raise ConfigError(f"--mode {mode!r}: choose one of {', '.join(MODES)}")
-    key = list(prepared.key.columns)
-    system = live.table.system_names()
-    row_id, updated_at = system["id"], system["updated_at"]
-    _check_unique_keys(live, key, row_id)
+    """Diff `prepared` against `live` (read whole) by the key; ValidationReport for ids the
+    table lacks. A push reads the table in chunks into a `Diff` instead."""
+    diff = Diff(prepared, mode)
+    diff.add(live)
+    return diff.plan()
 
-    src = prepared.frame.assign(__pos=np.arange(len(prepared.frame)))
-    cur = live.frame
-    merged = src.merge(
-        cur, on=key, how="outer" if mode == "mirror" else "left",
-        suffixes=("", "__live"), indicator="__side", sort=False,
-    )
-    side = merged["__side"].astype(str).to_numpy()
-    in_both: np.ndarray[Any, Any] = side == "both"
-    only_src: np.ndarray[Any, Any] = side == "left_only"
-    only_cur: np.ndarray[Any, Any] = side == "right_only"
-    if prepared.key.by_id and only_src.any():
-        positions = merged.loc[only_src, "__pos"].astype(int).to_numpy()
-        raise ValidationReport(prepared.source.name, [
-            Problem(int(prepared.rows[p]), "id", prepared.frame[row_id].iat[p],
-                    f"no row with this id in table {live.table.name!r} (new rows need a key column)")
-            for p in positions
-        ])
 
-    values = [c for c in prepared.columns if c not in key]
-    changed = np.zeros((len(merged), len(values)), dtype=bool)
-    for j, name in enumerate(values):
-        col = live.table.column(name)
-        changed[:, j] = ~same_values(merged[name], merged[f"{name}__live"], col)
-    changed &= in_both[:, None]
-    differs: np.ndarray[Any, Any] = np.asarray(changed.any(axis=1))
+class Diff:
+    """A plan in the making: the source indexed by its key, and the live table compared with
+    it chunk by chunk as it is read (`add`). Of the table's rows it keeps which source row
+    each matched (8 bytes a row), the old cells, id and timestamp of those that differ, and
+    the id, timestamp and key of those the source lacks (a mirror's deletes): a large table
+    the source covers is never held.
 
-    creates: tuple[Create, ...] = ()
-    updates: tuple[Update, ...] = ()
-    deletes: tuple[Delete, ...] = ()
-    skipped = 0
-    if mode in ("insert", "upsert", "mirror"):
-        creates = _creates(prepared, merged.loc[only_src, "__pos"].astype(int).to_numpy())
-        _check_required(prepared, creates)
+    Matching is exact on the canonical key cells (as a join on them would be); cells compare
+    by column type (`coerce.same_values`)."""
+
+    def __init__(self, prepared: Prepared, mode: Mode = "upsert") -> None:
+        if mode not in MODES:
+            raise ConfigError(f"--mode {mode!r}: choose one of {', '.join(MODES)}")
+        self.prepared, self.mode = prepared, mode
+        self.key = list(prepared.key.columns)
+        self.values = [c for c in prepared.columns if c not in self.key]
+        self._index = _KeyIndex(prepared.frame[self.key])
+        system = prepared.table.system_names()
+        self._id, self._stamp = system["id"], system["updated_at"]
+        #: What is kept of a live row the source lacks (the key may be the id itself).
+        self._kept = list(dict.fromkeys([self._id, self._stamp, *self.key]))
+        #: Per chunk: the source positions the live rows matched.
+        self._matched: list[np.ndarray[Any, np.dtype[np.intp]]] = []
+        #: Per chunk: the id, updated_at and key cells of the live rows the source lacks.
+        self._unmatched: list[pd.DataFrame] = []
+        self._rows = 0
+        self._unchanged = 0
+        self._differing = 0  # live rows in the source with a changed cell
+        #: Live rows that differ: (source position, row id, updated_at, changed, old cells).
+        self._changes: list[tuple[int, str, str | None, list[str], dict[str, Any]]] = []
+
+    def add(self, live: Live) -> None:
+        """Compare a chunk of the live table's rows (every column the source sets) with the
+        source rows of the same keys."""
+        frame = live.frame
+        found = self._index.find(frame[self.key])
+        self._rows += len(frame)
+        hit = np.flatnonzero(found >= 0)
+        self._matched.append(found[hit])
+        if len(hit) < len(frame):
+            self._unmatched.append(
+                frame.iloc[np.flatnonzero(found < 0)][self._kept]
+            )
+        if not len(hit):
+            return
+        source = self.prepared.frame
+        table = self.prepared.table
+        changed = np.zeros((len(hit), len(self.values)), dtype=bool)
+        for j, name in enumerate(self.values):
+            new = gather(source[name], found[hit])
+            old = frame[name].take(hit).reset_index(drop=True)
+            changed[:, j] = ~same_values(new, old, table.column(name))
+        differs = changed.any(axis=1)
+        self._unchanged += int((~differs).sum())
+        self._differing += int(differs.sum())
+        if self.mode == "insert" or not differs.any():
+            return
+        rows = hit[differs]
+        ids = frame[self._id].take(rows).tolist()
+        stamps = stamps_of(frame[self._stamp].take(rows))
+        old_cells = {
+            n: wire_values(frame[n].take(rows), table.column(n))
+            for j, n in enumerate(self.values) if changed[differs, j].any()
+        }
+        for i, (position, mask) in enumerate(zip(found[rows], changed[differs], strict=True)):
+            names = [n for n, c in zip(self.values, mask, strict=True) if c]
+            self._changes.append((
+                int(position), str(ids[i]), stamps[i], names, {n: old_cells[n][i] for n in names},
+            ))
+
+    def plan(self) -> Plan:
+        """The plan, once every chunk of the table was added."""
+        prepared, mode, table = self.prepared, self.mode, self.prepared.table
+        found = np.concatenate(self._matched) if self._matched else np.empty(0, np.intp)
+        counts = np.bincount(found, minlength=len(prepared.frame))
+        gone = (
+            pd.concat(self._unmatched, ignore_index=True) if self._unmatched
+            else pd.DataFrame(columns=self._kept)
+        )
+        self._check_unique_keys(counts, gone)
+        only_src = np.flatnonzero(counts == 0)
+        if prepared.key.by_id and len(only_src):
+            raise ValidationReport(prepared.name, [
+                Problem(int(prepared.rows[p]), "id", prepared.frame[self._id].iat[int(p)],
+                        f"no row with this id in table {table.name!r} (new rows need a key column)")
+                for p in only_src
+            ])
+        creates: tuple[Create, ...] = ()
+        updates: tuple[Update, ...] = ()
+        deletes: tuple[Delete, ...] = ()
+        skipped = 0
+        if mode in ("insert", "upsert", "mirror"):
+            creates = _creates(prepared, only_src)
+            _check_required(prepared, creates)
+        else:
+            skipped += len(only_src)
+        if mode == "insert":
+            skipped += self._differing
+        else:
+            updates = self._updates()
+        if mode == "mirror":
+            deletes = _deletes(prepared, table, gone, self.key, self._id, self._stamp)
+        return Plan(
+            table=table,
+            key=prepared.key,
+            mode=mode,
+            source=prepared.name,
+            source_rows=len(prepared.frame),
+            table_rows=self._rows,
+            creates=creates,
+            updates=updates,
+            deletes=deletes,
+            unchanged=self._unchanged,
+            skipped=skipped,
+            coercions=dict(sorted(prepared.coercions.items())),
+            ignored=prepared.ignored,
+        )
+
+    def _check_unique_keys(self, counts: np.ndarray[Any, Any], gone: pd.DataFrame) -> None:
+        """PlanError when rows of the table share a key: a source key more than one table
+        row matched, or a key several rows the source lacks hold."""
+        twice = np.flatnonzero(counts > 1)
+        keys = gone[self.key]
+        dupes = duplicated(keys) & ~keys.isna().any(axis=1).to_numpy()
+        total = int(counts[twice].sum()) + int(dupes.sum())
+        if not total:
+            return
+        source = self.prepared.frame
+        shown = [
+            f"{tuple(source[k].iat[int(p)] for k in self.key)} on {int(counts[p])} rows"
+            for p in twice[:6]
+        ] + [
+            f"{tuple(r[k] for k in self.key)} on {r[self._id]}"
+            for r in gone.loc[dupes, [*self.key, self._id]].head(6).to_dict("records")
+        ]
+        raise PlanError(
+            f"table {self.prepared.table.name!r} has {total} rows sharing a key "
+            f"({', '.join(self.key)}), so the key cannot identify rows: {'; '.join(shown[:6])}. "
+            "Choose another key or remove the duplicates."
+        )
+
+    def _updates(self) -> tuple[Update, ...]:
+        """A PATCH of each differing row's changed cells, in source order."""
+        if not self._changes:
+            return ()
+        prepared, table = self.prepared, self.prepared.table
+        positions = np.array([c[0] for c in self._changes], dtype=np.intp)
+        changed = {n for _, _, _, names, _ in self._changes for n in names}
+        new = {
+            n: wire_values(gather(prepared.frame[n], positions), table.column(n))
+            for n in self.values if n in changed
+        }
+        keys = [] if prepared.key.by_id else self.key
+        key_cells = {k: wire_values(gather(prepared.frame[k], positions), table.column(k)) for k in keys}
+        updates = [
+            Update(
+                row=int(prepared.rows[position]),
+                id=row_id,
+                fields={n: new[n][i] for n in names},
+                old=old,
+                updated_at=stamp,
+                key={k: key_cells[k][i] for k in keys},
+            )
+            for i, (position, row_id, stamp, names, old) in enumerate(self._changes)
+        ]
+        updates.sort(key=lambda u: u.row)
+        return tuple(updates)
+
+
+def gather(values: pd.Series, positions: np.ndarray[Any, Any]) -> pd.Series:
+    """``values.take(positions)`` (a new RangeIndex), without first joining the chunks of an
+    Arrow-backed column as pandas' take does: a copy of the whole column for every chunk of
+    the table compared (~90 MB each for a million ~85-character cells)."""
+    if not isinstance(values.array, ArrowExtensionArray):
+        return values.take(positions).reset_index(drop=True)
+    column = pa.chunked_array(pa.array(values.array))
+    if column.num_chunks <= 1:
+        taken = column.take(pa.array(positions))
     else:
-        skipped += int(only_src.sum())
-    if mode == "insert":
-        skipped += int(differs.sum())
-    else:
-        updates = _updates(prepared, merged, differs, changed, values, row_id, updated_at)
-    if mode == "mirror":
-        gone = merged.loc[only_cur]
-        deletes = _deletes(prepared, live.table, gone, key, row_id, updated_at)
+        starts = np.cumsum([0, *(len(c) for c in column.chunks)])
+        which = np.searchsorted(starts, positions, side="right") - 1
+        order = np.argsort(which, kind="stable")
+        pieces = [
+            column.chunk(int(c)).take(pa.array(positions[order][which[order] == c] - starts[c]))
+            for c in np.unique(which)
+        ]
+        joined = pa.concat_arrays(pieces) if pieces else pa.array([], column.type)
+        taken = joined.take(pa.array(np.argsort(order)))
+    return pd.Series(taken.to_pandas(types_mapper=lambda _: values.dtype))
 
-    return Plan(
-        table=live.table,
-        key=prepared.key,
-        mode=mode,
-        source=prepared.source.name,
-        source_rows=len(prepared.frame),
-        table_rows=len(cur),
-        creates=creates,
-        updates=updates,
-        deletes=deletes,
-        unchanged=int((in_both & ~differs).sum()),
-        skipped=skipped,
-        coercions=dict(sorted(prepared.coercions.items())),
-        ignored=prepared.ignored,
-    )
+
+class _KeyIndex:
+    """Where each key is in the source: its rows' key hashes sorted (8 bytes a row and a
+    binary search, not a hash table of Python objects), each match then checked cell by
+    cell, so it is as exact as a join on the key cells. Source keys are distinct (validated);
+    should two share a hash, pandas' own index is used instead."""
+
+    def __init__(self, keys: pd.DataFrame) -> None:
+        self.keys = keys.reset_index(drop=True)
+        hashes = key_hashes(self.keys)
+        self.order = np.argsort(hashes)
+        self.ranked = hashes[self.order]
+        self.exact: pd.Index | None = None
+        if len(hashes) > 1 and bool((self.ranked[1:] == self.ranked[:-1]).any()):
+            self.exact = pd.MultiIndex.from_frame(self.keys)
+
+    def find(self, keys: pd.DataFrame) -> np.ndarray[Any, np.dtype[np.intp]]:
+        """The source position of each row of `keys`, or -1."""
+        keys = keys.reset_index(drop=True)
+        if self.exact is not None:
+            return np.asarray(self.exact.get_indexer(pd.MultiIndex.from_frame(keys)), dtype=np.intp)
+        found = np.full(len(keys), -1, dtype=np.intp)
+        if not len(self.ranked):
+            return found
+        hashes = key_hashes(keys)
+        at = np.minimum(np.searchsorted(self.ranked, hashes), len(self.ranked) - 1)
+        hit = np.flatnonzero(self.ranked[at] == hashes)
+        candidates = self.order[at[hit]]
+        same = np.ones(len(hit), dtype=bool)
+        for name in keys.columns:
+            mine = gather(self.keys[name], candidates)
+            theirs = keys[name].take(hit).reset_index(drop=True)
+            same &= (mine == theirs).fillna(False).to_numpy(dtype=bool)
+        found[hit[same]] = candidates[same]
+        return found
 
 
 def check_delete_guard(
@@ -310,29 +480,13 @@ def _check_required(prepared: Prepared, creates: Sequence[Create]) -> None:
     ]
     if not (missing and creates):
         return
-    raise ValidationReport(prepared.source.name, [
+    raise ValidationReport(prepared.name, [
         Problem(c.row, name, None,
                 f"a value is required to create this row, and the source has no column "
                 f"{name!r} (rows the table already has need only the columns they change; "
                 "--mode update leaves new rows out)")
         for c in creates for name in missing
     ])
-
-
-def _check_unique_keys(live: Live, key: list[str], row_id: str) -> None:
-    keys = live.frame[key]
-    dupes = keys.duplicated(keep=False).to_numpy() & ~keys.isna().any(axis=1).to_numpy()
-    if not dupes.any():
-        return
-    sample = live.frame.loc[dupes, [*key, row_id]].head(6).to_dict("records")
-    shown = "; ".join(
-        f"{tuple(r[k] for k in key)} on {r[row_id]}" for r in sample
-    )
-    raise PlanError(
-        f"table {live.table.name!r} has {int(dupes.sum())} rows sharing a key "
-        f"({', '.join(key)}), so the key cannot identify rows: {shown}. "
-        "Choose another key or remove the duplicates."
-    )
 
 
 def _records(frame: pd.DataFrame, table: Table, names: Sequence[str]) -> list[dict[str, Any]]:
@@ -346,47 +500,14 @@ def _records(frame: pd.DataFrame, table: Table, names: Sequence[str]) -> list[di
 
 def _creates(prepared: Prepared, positions: np.ndarray[Any, Any]) -> tuple[Create, ...]:
     positions = np.sort(positions)
-    frame = prepared.frame.iloc[positions]
+    frame = pd.DataFrame(
+        {n: gather(prepared.frame[n], positions) for n in prepared.columns},
+        index=pd.RangeIndex(len(positions)),
+    )
     records = _records(frame, prepared.table, prepared.columns)
     return tuple(
         Create(int(prepared.rows[p]), fields) for p, fields in zip(positions, records, strict=True)
     )
-
-
-def _updates(
-    prepared: Prepared,
-    merged: pd.DataFrame,
-    differs: np.ndarray[Any, Any],
-    changed: np.ndarray[Any, Any],
-    values: list[str],
-    row_id: str,
-    updated_at: str,
-) -> tuple[Update, ...]:
-    idx = np.flatnonzero(differs)
-    if not len(idx):
-        return ()
-    table = prepared.table
-    sub = merged.iloc[idx]
-    new = {n: wire_values(sub[n], table.column(n)) for n in values}
-    old = {n: wire_values(sub[f"{n}__live"], table.column(n)) for n in values}
-    ids = sub[row_id].tolist()
-    keys = [] if prepared.key.by_id else list(prepared.key.columns)
-    key_cells = {k: wire_values(sub[k], table.column(k)) for k in keys}
-    stamps = _stamps(sub[updated_at])
-    positions = sub["__pos"].astype(int).to_numpy()
-    updates = []
-    for i in range(len(idx)):
-        names = [values[j] for j in np.flatnonzero(changed[idx[i]])]
-        updates.append(Update(
-            row=int(prepared.rows[positions[i]]),
-            id=str(ids[i]),
-            fields={n: new[n][i] for n in names},
-            old={n: old[n][i] for n in names},
-            updated_at=stamps[i],
-            key={k: key_cells[k][i] for k in keys},
-        ))
-    updates.sort(key=lambda u: u.row)
-    return tuple(updates)
 
 
 def _deletes(
@@ -402,15 +523,10 @@ def _deletes(
             dict(zip(key, cells, strict=True))
             for cells in zip(*(wire_values(gone[k], table.column(k)) for k in key), strict=True)
         ]
-    stamps = _stamps(gone[updated_at])
+    stamps = stamps_of(gone[updated_at])
     return tuple(
         Delete(str(i), k, s) for i, k, s in zip(gone[row_id].tolist(), keys, stamps, strict=True)
     )
-
-
-def _stamps(updated_at: pd.Series[Any]) -> list[str | None]:
-    """The ``updated_at`` a plan expects of each row (None where the server sent none)."""
-    return cast(list[str | None], updated_at.astype(object).where(updated_at.notna(), None).tolist())
 
 
 def canonical_keys(table: Table, key: Key, records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
@@ -437,7 +553,7 @@ def check_current(plan: Plan, live: Live) -> None:
         )
     system = live.table.system_names()
     stamps = dict(zip(
-        live.frame[system["id"]].tolist(), live.frame[system["updated_at"]].tolist(), strict=True
+        live.frame[system["id"]].tolist(), stamps_of(live.frame[system["updated_at"]]), strict=True
     ))
     touched: list[tuple[str, str | None, str]] = [
         *((u.id, u.updated_at, f"{u.id} (row {u.row})") for u in plan.updates),

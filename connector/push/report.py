@@ -1,24 +1,24 @@
-"""Plans and results as text a person reads, and as the JSON summary a scheduler reads.
+"""A push as people read it, and as its entry in the one result model.
 
-`summary` is the one summary `connector push --json` and `connector apply --json` print,
-whatever happened (a bad file, a refused key, rows rejected, a failure part-way): the field
-names and null conventions of `connector sync --log-format json`'s (`jobs.runner.RunSummary`),
-with the push as the one entry of ``pushes``. `headline` is the one line an error prints first.
+`describe_plan`, `describe_result` and `headline` are text. `reported` turns what a push did
+(an `Applied`, or the error that stopped it) into its `connector.results.PushResult`, the
+entry every command and job reports (``connector push --json`` and ``sync`` alike, through
+`connector.results.RunSummary.to_dict`), so a push has one status rule: `outcome`'s.
 """
 
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from connector.api import MAX_BULK_ROWS
-from connector.errors import ConnectorError, ExitCode
-from connector.push.apply import PushResult, written_before
-from connector.push.plan import Plan
+from connector.errors import ConnectorError
+from connector.push.apply import Applied, Rejected, written_before
+from connector.push.plan import Counts, Plan
+from connector.results import PushResult
 
-__all__ = ["describe_plan", "describe_result", "headline", "now", "summary"]
+__all__ = ["describe_plan", "describe_result", "headline", "reported"]
 
 #: Rows of each kind shown in a plan's sample.
 SAMPLE = 5
@@ -60,14 +60,15 @@ def describe_plan(plan: Plan, sample: int = SAMPLE) -> str:
     return "\n".join(lines)
 
 
-def describe_result(result: PushResult) -> str:
+def describe_result(result: Applied) -> str:
     """The summary line, then each rejected row with its reason."""
-    lines = [result.summary()]
-    for r in result.rejected:
-        where = f"row {r.row}" if r.row is not None else str(r.id)
-        column = f", column {r.column!r}" if r.column else ""
-        lines.append(f"  rejected {where}{column}: {r.message}")
-    return "\n".join(lines)
+    return "\n".join([result.summary(), *(f"  {_rejection(r)}" for r in result.rejected)])
+
+
+def _rejection(r: Rejected) -> str:
+    where = f"row {r.row}" if r.row is not None else str(r.id)
+    column = f", column {r.column!r}" if r.column else ""
+    return f"rejected {where}{column}: {r.message}"
 
 
 def _shown(total: int, sample: int) -> str:
@@ -84,11 +85,6 @@ def _value(value: Any) -> str:
     if isinstance(value, bool):
         return "TRUE" if value else "FALSE"
     return repr(value) if isinstance(value, str) else str(value)
-
-
-def now() -> str:
-    """A summary's timestamp: the API's shape (UTC, microseconds, ``Z``), as sync's."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def headline(exc: ConnectorError) -> tuple[str, list[str]]:
@@ -111,84 +107,49 @@ def headline(exc: ConnectorError) -> tuple[str, list[str]]:
     return head, details
 
 
-def summary(
-    command: str,
-    *,
-    started_at: str,
-    seconds: float,
+def reported(
     file: str | Path | None,
     table: str | None,
-    result: PushResult | None = None,
+    applied: Applied | None = None,
+    *,
     error: ConnectorError | None = None,
     dry_run: bool = False,
     rejects_file: str | Path | None = None,
     plan_file: str | Path | None = None,
-    interrupted: bool = False,
-    max_concurrency: int = 0,
-) -> dict[str, Any]:
-    """The JSON summary of one `command` (``push`` or ``apply``); `result` may be None
-    (nothing was planned) and is what was written before `error` when both are given.
-    `interrupted`: stopped by Ctrl-C (status ``interrupted``, exit code 130).
-    `max_concurrency`: the client's cap (the result carries the level it reached)."""
-    if interrupted:
-        status, code = "interrupted", int(ExitCode.INTERRUPTED)
-    elif error is not None:
-        status, code = "failed", int(error.exit_code)
-    elif result is not None and result.rejected:
-        status, code = "partial", int(ExitCode.PARTIAL)
-    else:
-        status, code = "ok", int(ExitCode.OK)
-    if error is not None and result is None:
-        result = written_before(error)
+) -> PushResult:
+    """A push's entry in a run's summary. `file`: what was pushed (or the plan applied);
+    `table`: as the user named it, until a plan names it exactly. With `error`, the push
+    failed; what an apply stopped part-way had written (`written_before`) is counted.
+    Rows the server rejected make it failed too (the run is then partial: `outcome`),
+    each named in ``problems``; a dry run's entry is ``planned`` with the plan as text."""
+    if error is not None and applied is None:
+        applied = written_before(error)
     planned = dry_run and error is None
-    plan = result.plan if result is not None else None
-    counts = (plan.counts if planned else result.applied) if plan and result else None
-    rejected = len(result.rejected) if result is not None else 0
+    plan = applied.plan if applied is not None else None
+    counts = Counts() if applied is None or plan is None else (
+        plan.counts if planned else applied.applied
+    )
+    rejected = applied.rejected if applied is not None else ()
     head, problems = headline(error) if error is not None else (None, [])
-    if interrupted:
-        head = "interrupted: rows in flight may have been written; run the push again to finish"
-    entry: dict[str, Any] = {
-        "file": str(file) if file is not None else None,
-        "table": plan.table.name if plan else table,
-        "status": "planned" if planned and not interrupted
-        else "failed" if error or rejected or interrupted else "ok",
-        "created": counts.created if counts else 0,
-        "updated": counts.updated if counts else 0,
-        "deleted": counts.deleted if counts else 0,
-        "unchanged": counts.unchanged if counts else 0,
-        "error": head if head else f"the server rejected {rejected} rows" if rejected else None,
-        "plan": describe_plan(plan) if planned and plan else None,
-        "rejected": rejected,
-        # beyond sync's push entry (`source`: the spreadsheet a plan was made from):
-        "source": plan.source if plan else None,
-        "table_id": plan.table.id if plan else None,
-        "key": str(plan.key) if plan else None,
-        "mode": plan.mode if plan else None,
-        "requests": result.requests if result is not None else 0,
-        "rejects_file": str(rejects_file) if rejects_file is not None and rejected else None,
-        "plan_file": str(plan_file) if plan_file is not None and planned else None,
-        "problems": problems,
-    }
-    return {
-        "job": command,
-        "status": status,
-        "exit_code": code,
-        "dry_run": dry_run,
-        "started_at": started_at,
-        "finished_at": now(),
-        "state_file": None,
-        "destinations": [],
-        "tables": [],
-        "pushes": [entry],
-        "error": head,
-        "seconds": round(seconds, 3),
-        "verified": False,
-        "concurrency": result.concurrency if result is not None else 0,
-        "max_concurrency": max_concurrency,
-        "totals": {
-            "tables": 0, "ok": 0, "unchanged": 0, "planned": 0, "skipped": 0, "failed": 0,
-            "rows_read": 0, "rows_written": 0, "rows_deleted": 0,
-            "pushes": 1,
-            **{k: entry[k] for k in ("created", "updated", "deleted", "unchanged", "rejected")},
-        },
-    }
+    if not problems:
+        problems = [_rejection(r) for r in rejected]
+    return PushResult(
+        file=str(file) if file is not None else None,
+        table=plan.table.name if plan is not None else table,
+        status="planned" if planned else "failed" if error is not None or rejected else "ok",
+        created=counts.created,
+        updated=counts.updated,
+        deleted=counts.deleted,
+        unchanged=counts.unchanged,
+        error=head or (f"the server rejected {len(rejected)} rows" if rejected else None),
+        plan=describe_plan(plan) if planned and plan is not None else None,
+        rejected=len(rejected),
+        source=plan.source if plan is not None else None,
+        table_id=plan.table.id if plan is not None else None,
+        key=str(plan.key) if plan is not None else None,
+        mode=plan.mode if plan is not None else None,
+        requests=applied.requests if applied is not None else 0,
+        rejects_file=str(rejects_file) if rejects_file is not None and rejected else None,
+        plan_file=str(plan_file) if plan_file is not None and planned else None,
+        problems=tuple(problems),
+    )

@@ -24,13 +24,15 @@ those cells upstream.
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import csv
 import io
 import os
 import re
 import zipfile
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,10 +43,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from connector.destinations.formats import undo_excel_safe
+from connector.destinations.storage import check_location, filesystem, is_remote
 from connector.errors import ConfigError, SourceError
 from connector.modes import MERGED_CELLS, MergedCells
 
-__all__ = ["Source", "SourceError", "read_source"]
+__all__ = ["Query", "Sheet", "Source", "SourceError", "arrow_frame", "open_source", "read_source"]
 
 #: A formula element in a worksheet's XML (``<f>``, ``<f t="shared" .../>``, ``<x:f>``).
 _FORMULA_TAG = re.compile(rb"<(?:\w+:)?f[\s>/]")
@@ -64,10 +67,17 @@ class Source:
     name: str
     frame: pd.DataFrame
     rows: np.ndarray[Any, np.dtype[np.int64]]
+    #: Every column name the source has, when only some were read (`Sheet.read`).
+    header: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if len(self.rows) != len(self.frame):
             raise ValueError("one row number per frame row")
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The source's column names, read or not."""
+        return self.header if self.header is not None else tuple(map(str, self.frame.columns))
 
     @classmethod
     def from_frame(cls, frame: pd.DataFrame, name: str = "DataFrame") -> Source:
@@ -80,26 +90,94 @@ class Source:
         return cls(name, frame, np.arange(2, len(frame) + 2, dtype=np.int64))
 
 
+@dataclass(frozen=True)
+class Query:
+    """`sql` run on the database at `url` (`connector.push.query`: SQLAlchemy or DuckDB). `where` names the two settings in messages (the
+    command's flags, or a job file's keys)."""
+
+    url: str
+    sql: str
+    where: tuple[str, str] = ("--db", "--sql")
+
+    @property
+    def name(self) -> str:
+        """The query as reports name it: its database, password left out."""
+        from connector.push.query import safe_url
+
+        return f"query on {safe_url(self.url)}"
+
+
+@dataclass(frozen=True)
+class Sheet:
+    """A source opened, not yet read: its name and column names, known from the header alone
+    where the format allows (a Parquet file's schema, a CSV's first record, a query's result
+    columns), so a push checks them against the table before reading its rows."""
+
+    name: str
+    #: The column names; None when they cannot be told before the rows are read.
+    columns: tuple[str, ...] | None
+    #: Reads every row; given column names, only those (where the format can: Parquet).
+    reader: Callable[[frozenset[str] | None], Source]
+
+    def read(self, columns: Collection[str] | None = None) -> Source:
+        """Every row, and of `columns` only when given."""
+        data = self.reader(None if columns is None else frozenset(columns))
+        if columns is not None:
+            keep = [c for c in data.frame.columns if c in columns]
+            if len(keep) < len(data.frame.columns):
+                data = Source(data.name, data.frame[keep], data.rows, data.columns)
+        return data
+
+
 def read_source(
-    source: str | Path | pd.DataFrame,
+    source: str | Path | pd.DataFrame | Query,
     *,
     sheet: str | None = None,
     null_values: Sequence[str] = (),
     excel_safe: bool = False,
     merged_cells: MergedCells = "refuse",
 ) -> Source:
-    """Read a CSV, ``.xlsx`` or Parquet file (by extension), or take a DataFrame as it is.
+    """Read a CSV, ``.xlsx`` or Parquet file (by extension), a folder of Parquet files, an
+    object in object storage (``s3://bucket/key.parquet``, a CSV, or a Parquet prefix), or
+    take a DataFrame as it is.
 
     `null_values`: texts that mean an empty cell (only an empty cell is empty by default).
     `excel_safe`: undo ``export --excel-safe``. `merged_cells`: ``refuse`` or ``fill``.
     """
+    return open_source(
+        source, sheet=sheet, null_values=null_values, excel_safe=excel_safe,
+        merged_cells=merged_cells,
+    ).read()
+
+
+def open_source(
+    source: str | Path | pd.DataFrame | Query,
+    *,
+    sheet: str | None = None,
+    null_values: Sequence[str] = (),
+    excel_safe: bool = False,
+    merged_cells: MergedCells = "refuse",
+) -> Sheet:
+    """`read_source`'s source, opened: a missing file, a bad option or an unreadable header
+    fails here; the rows are read by `Sheet.read`."""
     markers = _markers(null_values)
     if merged_cells not in MERGED_CELLS:
         raise ConfigError(
             f"--merged-cells {merged_cells!r}: choose one of {', '.join(MERGED_CELLS)}"
         )
-    data = _read(source, sheet, markers, merged_cells)
-    return _unguarded(data) if excel_safe else data
+    opened = _open(source, sheet, markers, merged_cells)
+    if not excel_safe:
+        return opened
+    if opened.columns is None:
+        return Sheet(opened.name, None, lambda columns: _unguarded(opened.reader(None)))
+    names = tuple(undo_excel_safe(c) for c in opened.columns)
+    raw = dict(zip(names, opened.columns, strict=True))
+
+    def read(columns: frozenset[str] | None) -> Source:
+        wanted = None if columns is None else frozenset(raw[c] for c in columns if c in raw)
+        return _unguarded(opened.reader(wanted))
+
+    return Sheet(opened.name, names, read)
 
 
 def _markers(null_values: Sequence[str]) -> frozenset[str]:
@@ -114,39 +192,110 @@ def _markers(null_values: Sequence[str]) -> frozenset[str]:
     return frozenset(null_values)
 
 
-def _read(
-    source: str | Path | pd.DataFrame, sheet: str | None, markers: frozenset[str],
+def _open(
+    source: str | Path | pd.DataFrame | Query, sheet: str | None, markers: frozenset[str],
     merged_cells: MergedCells,
-) -> Source:
+) -> Sheet:
+    if isinstance(source, Query):
+        from connector.push.query import open_query
+
+        _only_excel(source.name, sheet, merged_cells)
+        opened = open_query(source)
+        return Sheet(opened.name, opened.columns,
+                     lambda columns: _blanked(opened.reader(columns), markers))
     if isinstance(source, pd.DataFrame):
-        return _blanked(Source.from_frame(source), markers)
+        frame = _blanked(Source.from_frame(source), markers)
+        return Sheet(frame.name, frame.columns, lambda _: frame)
     if not isinstance(source, str | os.PathLike):
         raise SourceError(
             f"a source is a DataFrame or the path of a CSV, .xlsx or Parquet file, "
             f"not {type(source).__name__}"
         )
+    if isinstance(source, str) and is_remote(source):
+        return _open_remote(source, sheet, markers, merged_cells)
     path = Path(source)
+    if path.is_dir():
+        _only_excel(str(path), sheet, merged_cells)
+        return _open_parquet(str(path), markers)
     if not path.is_file():
         raise SourceError(f"{path}: no such file")
     suffix = path.suffix.lower()
-    if sheet is not None and suffix not in (".xlsx", ".xlsm"):
-        raise SourceError(f"{path}: --sheet applies to Excel files only")
-    if merged_cells != "refuse" and suffix not in (".xlsx", ".xlsm"):
-        raise SourceError(f"{path}: --merged-cells applies to Excel files only")
+    if suffix not in (".xlsx", ".xlsm"):
+        _only_excel(str(path), sheet, merged_cells)
     if suffix in (".xls", ".ods", ".numbers"):
         raise SourceError(f"{path}: {suffix} files are not read; save the sheet as .xlsx or CSV")
-    if suffix in (".xlsx", ".xlsm"):
-        return _read_excel(path, sheet, markers, merged_cells)
+    if suffix in (".xlsx", ".xlsm"):  # a sheet is small: read whole, its checks at once
+        data = _read_excel(path, sheet, markers, merged_cells)
+        return Sheet(data.name, data.columns, lambda _: data)
     if suffix in (".parquet", ".pq"):
-        return _blanked(_read_parquet(path), markers)
-    return _read_csv(path, markers)
+        return _open_parquet(str(path), markers)
+    return _open_csv(str(path), path.read_bytes, markers)
 
 
-def _read_csv(path: Path, markers: frozenset[str]) -> Source:
+def _only_excel(name: str, sheet: str | None, merged_cells: MergedCells) -> None:
+    if sheet is not None:
+        raise SourceError(f"{name}: --sheet applies to Excel files only")
+    if merged_cells != "refuse":
+        raise SourceError(f"{name}: --merged-cells applies to Excel files only")
+
+
+def _open_remote(
+    url: str, sheet: str | None, markers: frozenset[str], merged_cells: MergedCells
+) -> Sheet:
+    """An object in object storage (CSV or Parquet), or a prefix holding Parquet files;
+    credentials from the provider's standard chain (`connector.destinations.storage`)."""
     try:
-        data = path.read_bytes()
+        location = check_location(url, url)
+    except ConfigError as exc:
+        raise SourceError(str(exc)) from None
+    _only_excel(location, sheet, merged_cells)
+    fs = filesystem(location)
+    path = location.split("://", 1)[1]
+    try:
+        is_file = fs.isfile(path)
+        exists = is_file or fs.isdir(path)
+    except Exception as exc:  # each store raises its own
+        raise SourceError(f"{location}: cannot be read ({_one_line(exc)})") from None
+    if not exists:
+        raise SourceError(f"{location}: no such object or prefix")
+    suffix = Path(path).suffix.lower()
+    if is_file and suffix == ".csv":
+
+        def data() -> bytes:
+            with fs.open(path, "rb") as handle:
+                return bytes(handle.read())
+
+        return _open_csv(location, data, markers)
+    if is_file and suffix not in (".parquet", ".pq"):
+        raise SourceError(f"{location}: only CSV and Parquet objects are read from object storage")
+    return _open_parquet(location, markers, fs)
+
+
+def _open_csv(name: str, data: Callable[[], bytes], markers: frozenset[str]) -> Sheet:
+    """A CSV file, its header from its first record (`_read_csv` parses it again with the
+    rows and has the last word)."""
+    try:
+        raw = data()
     except OSError as exc:
-        raise SourceError(f"{path}: cannot read the file ({exc.strerror})") from None
+        raise SourceError(f"{name}: cannot read the file ({exc.strerror or _one_line(exc)})") from None
+    return Sheet(name, _csv_header(raw), lambda _: _read_csv(name, raw, markers))
+
+
+def _csv_header(raw: bytes) -> tuple[str, ...] | None:
+    """The names of a CSV's first record, as `_read_csv` reads them (empty ones left out);
+    None when the first bytes do not tell (`_read_csv` then says what is wrong)."""
+    head = raw[:_SNIFF_CHARS]
+    try:
+        text = codecs.getincrementaldecoder("utf-8-sig")().decode(head, final=len(head) == len(raw))
+        if "\n" not in text and len(head) < len(raw):
+            return None
+        first = next(csv.reader(io.StringIO(text), delimiter=_sniff_delimiter(text)), None)
+    except (UnicodeDecodeError, csv.Error):
+        return None
+    return None if first is None else tuple(n for n in (c.strip() for c in first) if n)
+
+
+def _read_csv(path: str, data: bytes, markers: frozenset[str]) -> Source:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -184,7 +333,7 @@ def _read_csv(path: Path, markers: frozenset[str]) -> Source:
     _check_header(header, path)
     frame = frame[keep]
     frame.columns = pd.Index(header)
-    return _numbered(str(path), frame, first_row=2)
+    return _numbered(path, frame, first_row=2)
 
 
 def _sniff_delimiter(text: str) -> str:
@@ -330,13 +479,94 @@ def _is_formula(cell: Any) -> bool:
     return type(cell).__name__ in ("ArrayFormula", "DataTableFormula")
 
 
-def _read_parquet(path: Path) -> Source:
+def _open_parquet(name: str, markers: frozenset[str], fs: Any = None) -> Sheet:
+    """A Parquet file, or a folder (or object storage prefix) of them read as one table in
+    name order: the header from the schema; only the columns asked for are read."""
+    where = name.split("://", 1)[1] if fs is not None else name
     try:
-        arrow = pq.read_table(path)
-    except (pa.ArrowException, OSError) as exc:
-        raise SourceError(f"{path}: not a readable Parquet file ({_one_line(exc)})") from None
-    frame = arrow.to_pandas(date_as_object=True, ignore_metadata=True)
-    return Source.from_frame(frame, str(path))
+        files = _parquet_files(where, fs)
+        schema = pq.read_schema(_handle(files[0], fs)) if files else pa.schema([])
+        names = tuple(schema.names)
+        for other in files[1:]:
+            if tuple(pq.read_schema(_handle(other, fs)).names) != names:
+                raise SourceError(f"{name}: {other} has other columns than {files[0]}")
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise SourceError(f"{name}: not a readable Parquet file ({_one_line(exc)})") from None
+    if not files:
+        raise SourceError(f"{name}: holds no Parquet file (*.parquet)")
+    _check_header(list(names), name)
+
+    def read(columns: frozenset[str] | None) -> Source:
+        wanted = [n for n in names if columns is None or n in columns]
+        try:
+            frame = arrow_frame(pa.Table.from_batches(
+                [batch for path in files for batch in _batches(path, fs, wanted)],
+                schema=pa.schema([schema.field(n) for n in wanted]),
+            ))
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise SourceError(f"{name}: not a readable Parquet file ({_one_line(exc)})") from None
+        rows = np.arange(2, len(frame) + 2, dtype=np.int64)
+        return _blanked(Source(name, frame, rows, names), markers)
+
+    return Sheet(name, names, read)
+
+
+def _parquet_files(where: str, fs: Any) -> list[str]:
+    """`where` itself, or the Parquet files under the folder `where` (by name; files and
+    folders whose names start with ``_`` or ``.`` left out, as Parquet writers mark them)."""
+    if fs is None:
+        root = Path(where)
+        if not root.is_dir():
+            return [where]
+        found = [str(p) for p in root.rglob("*") if p.is_file()]
+        base = str(root)
+    else:
+        if fs.isfile(where):
+            return [where]
+        found = list(fs.find(where))
+        base = where.rstrip("/")
+    return sorted(
+        f for f in found
+        if Path(f).suffix.lower() in (".parquet", ".pq")
+        and not any(part.startswith(("_", ".")) for part in Path(f[len(base):]).parts if part != "/")
+    )
+
+
+def _handle(path: str, fs: Any) -> Any:
+    return path if fs is None else fs.open(path, "rb")
+
+
+def _batches(path: str, fs: Any, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """A file's batches, a row group's pages decoded at a time: reading a file whole holds
+    its compressed column chunks and decoded pages besides the values (~2x)."""
+    with contextlib.closing(pq.ParquetFile(_handle(path, fs), pre_buffer=False, buffer_size=1 << 20)) as file:
+        yield from file.iter_batches(batch_size=65_536, columns=columns, use_threads=False)
+
+
+def arrow_frame(data: pa.Table) -> pd.DataFrame:
+    """Arrow columns as pandas ones with no Python object per cell where a compact type holds
+    the values (text, dates, integers and booleans with gaps), each column let go once
+    converted, so a large file is held about once."""
+    columns: dict[str, pd.Series] = {}
+    for name in data.column_names:
+        columns[name] = _series(data.column(name))
+        data = data.drop_columns([name])
+    return pd.DataFrame(columns, copy=False)
+
+
+def _series(values: pa.ChunkedArray) -> pd.Series:
+    kind = values.type
+    if pa.types.is_dictionary(kind):
+        values, kind = values.cast(kind.value_type), kind.value_type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return pd.Series(values.to_pandas(types_mapper=lambda _: pd.StringDtype("pyarrow")))
+    if pa.types.is_date(kind):
+        return pd.Series(values.to_pandas(types_mapper=pd.ArrowDtype))
+    if pa.types.is_boolean(kind):
+        return pd.Series(values.to_pandas(types_mapper=lambda _: pd.BooleanDtype()))
+    if pa.types.is_signed_integer(kind):
+        return pd.Series(values.cast(pa.int64()).to_pandas(types_mapper=lambda _: pd.Int64Dtype()))
+    return pd.Series(values.to_pandas())
 
 
 def _blank_markers(frame: pd.DataFrame, markers: frozenset[str]) -> pd.DataFrame:
@@ -360,14 +590,15 @@ def _holds_text(cells: pd.Series) -> bool:
 
 
 def _blanked(data: Source, markers: frozenset[str]) -> Source:
-    return Source(data.name, _blank_markers(data.frame, markers), data.rows)
+    return Source(data.name, _blank_markers(data.frame, markers), data.rows, data.header)
 
 
 def _unguarded(data: Source) -> Source:
     """`data` with what ``export --excel-safe`` added taken off (`undo_excel_safe`): in the
     header, and in every text cell (only text can carry the guard)."""
     frame = data.frame.rename(columns=undo_excel_safe)
-    _check_header(list(frame.columns), data.name)
+    header = None if data.header is None else tuple(map(undo_excel_safe, data.header))
+    _check_header(list(frame.columns if header is None else header), data.name)
     for column in frame.columns:
         cells = frame[column]
         if not _holds_text(cells):
@@ -378,7 +609,7 @@ def _unguarded(data: Source) -> Source:
             fixed[quoted] = [undo_excel_safe(v) if isinstance(v, str) else v
                              for v in fixed[quoted]]
             frame[column] = fixed
-    return Source(data.name, frame, data.rows)
+    return Source(data.name, frame, data.rows, header)
 
 
 def _check_header(names: list[str], path: Path | str) -> None:

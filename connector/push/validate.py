@@ -25,7 +25,20 @@ from connector.push.coerce import coerce_column
 from connector.push.source import Source
 from connector.schema import Column, Table
 
-__all__ = ["Key", "Prepared", "Problem", "ValidationReport", "validate"]
+__all__ = [
+    "Key",
+    "Prepared",
+    "Problem",
+    "ValidationReport",
+    "check_header",
+    "duplicated",
+    "key_hashes",
+    "validate",
+    "wanted",
+]
+
+#: Rows hashed at a time (`key_hashes`).
+HASH_CHUNK = 65_536
 
 @dataclass(frozen=True)
 class Key:
@@ -74,9 +87,12 @@ class Problem:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A source that passed validation, in canonical form, aligned with its row numbers."""
+    """A source that passed validation, in canonical form, aligned with its row numbers. It
+    holds no raw cell: the source as read can be let go."""
 
-    source: Source
+    #: The source's name (a file, a query), for reports.
+    name: str
+    rows: np.ndarray[Any, np.dtype[np.int64]]
     table: Table
     key: Key
     #: Canonical values: the key's frame columns, then each table column the source sets.
@@ -87,10 +103,6 @@ class Prepared:
     ignored: tuple[str, ...]
     coercions: Counter[str]
 
-    @property
-    def rows(self) -> np.ndarray[Any, np.dtype[np.int64]]:
-        return self.source.rows
-
 
 def validate(
     source: Source, table: Table, key: Key, *, date_format: str | None = None
@@ -100,13 +112,12 @@ def validate(
     `date_format` reads day/month-ambiguous dates (`connector.push.coerce`)."""
     system = table.system_names()
     frame = source.frame
-    if key.by_id and system["id"] not in frame.columns and "id" in frame.columns:
+    names = list(source.columns)
+    if key.by_id and system["id"] not in names and "id" in names:
         frame = frame.rename(columns={"id": system["id"]})
-    ignorable = {system["created_at"], system["updated_at"]}
-    if not key.by_id:
-        ignorable.add(system["id"])
-
-    problems = _header_problems(list(frame.columns), table, key, ignorable)
+        names = [system["id"] if n == "id" else n for n in names]
+    ignorable = _ignorable(table, key)
+    problems = _header_problems(names, table, key, ignorable)
     columns = tuple(c.name for c in table.columns if c.name in frame.columns)
     out: dict[str, pd.Series] = {}
     coercions: Counter[str] = Counter()
@@ -127,14 +138,42 @@ def validate(
         raise ValidationReport(source.name, problems)
     ordered = [*key.columns, *(c for c in columns if c not in key.columns)]
     return Prepared(
-        source=source,
+        name=source.name,
+        rows=source.rows,
         table=table,
         key=key,
         frame=pd.DataFrame(out, index=pd.RangeIndex(len(frame)))[ordered],
         columns=columns,
-        ignored=tuple(c for c in frame.columns if c in ignorable),
+        ignored=tuple(c for c in names if c in ignorable),
         coercions=coercions,
     )
+
+
+def check_header(name: str, columns: Sequence[str], table: Table, key: Key) -> None:
+    """The source's column names against the table, before a row is read: a
+    `ValidationReport` for columns the table lacks and key columns the source lacks (the
+    same problems `validate` finds on row 1)."""
+    names = list(columns)
+    if key.by_id and table.system_names()["id"] not in names and "id" in names:
+        names = [table.system_names()["id"] if n == "id" else n for n in names]
+    problems = _header_problems(names, table, key, _ignorable(table, key))
+    if problems:
+        raise ValidationReport(name, problems)
+
+
+def wanted(columns: Sequence[str], table: Table, key: Key) -> list[str]:
+    """The source columns a push reads: the table's columns, and the row id for a key by id."""
+    keep = set(table.column_names) | ({"id", *key.columns} if key.by_id else set())
+    return [c for c in columns if c in keep]
+
+
+def _ignorable(table: Table, key: Key) -> set[str]:
+    """System columns an export writes, left out of a push (the row id unless it is the key)."""
+    system = table.system_names()
+    ignorable = {system["created_at"], system["updated_at"]}
+    if not key.by_id:
+        ignorable.add(system["id"])
+    return ignorable
 
 
 def _header_problems(
@@ -192,7 +231,7 @@ def _key_problems(
     for pos in np.flatnonzero(empty):
         if int(pos) not in already:
             found.append((int(pos), _cell(source, int(pos), label, None, "the key is empty")))
-    dupes = keys.duplicated(keep=False).to_numpy() & ~empty
+    dupes = duplicated(keys) & ~empty
     if dupes.any():
         plain = keys.astype(object)  # Python scalars, for messages
         positions = np.flatnonzero(dupes)
@@ -208,6 +247,37 @@ def _key_problems(
                     source, int(pos), label, shown, f"duplicate key: also on row(s) {others}"
                 )))
     return found
+
+
+def key_hashes(keys: pd.DataFrame) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """A 64-bit hash of each row's key cells (Python's `hash` of the cell, or of the cells
+    as a tuple), made a chunk of rows at a time: a million keys never stand as Python
+    objects at once (pandas' hash tables hold one per cell: ~100 MB a million)."""
+    out = np.empty(len(keys), dtype=np.int64)
+    for start in range(0, len(keys), HASH_CHUNK):
+        part = keys.iloc[start : start + HASH_CHUNK]
+        cells = [part[c].tolist() for c in part.columns]
+        values = cells[0] if len(cells) == 1 else zip(*cells, strict=True)
+        out[start : start + len(part)] = np.fromiter(map(hash, values), np.int64, len(part))
+    return out
+
+
+def duplicated(keys: pd.DataFrame) -> np.ndarray[Any, np.dtype[np.bool_]]:
+    """Rows whose key cells another row has too (pandas' ``duplicated(keep=False)``),
+    found by hash first, then settled exactly among the few rows sharing one."""
+    hashes = key_hashes(keys)
+    order = np.argsort(hashes, kind="stable")
+    ranked = hashes[order]
+    repeated = np.zeros(len(keys), dtype=bool)
+    if len(keys) > 1:
+        same = ranked[1:] == ranked[:-1]
+        repeated[order[1:][same]] = True
+        repeated[order[:-1][same]] = True
+    out = np.zeros(len(keys), dtype=bool)
+    if repeated.any():
+        where = np.flatnonzero(repeated)
+        out[where] = keys.iloc[where].duplicated(keep=False).to_numpy()
+    return out
 
 
 def _cell(source: Source, pos: int, column: str, value: Any, message: str) -> Problem:

@@ -18,12 +18,16 @@ import pytest
 from connector.errors import ConfigError, ExitCode
 from connector.jobs.config import Source, load_job
 from connector.jobs.run import run_job
-from connector.results import RunSummary
 from tests.fixtures.server import free_port
 from tests.jobs.conftest import MakeWorkspace, Proxy, Workspace
 
 ROOT = Path(__file__).resolve().parents[2]
-SUMMARY_KEYS = set(RunSummary.__dataclass_fields__) | {"totals"}
+#: Written out, not read from the dataclass: a field dropped from the summary fails here.
+SUMMARY_KEYS = {
+    "job", "status", "exit_code", "dry_run", "started_at", "finished_at", "state_file",
+    "destinations", "tables", "pushes", "error", "seconds", "verified", "concurrency",
+    "max_concurrency", "totals",
+}
 
 
 def sync(ws: Workspace, job: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

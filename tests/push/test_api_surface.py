@@ -12,13 +12,14 @@ from tests.push.conftest import PEOPLE, InProcess
 def test_public_names() -> None:
     assert connector.push.__all__ == [
         "MODES",
+        "Applied",
         "Counts",
         "DeleteGuard",
         "Mode",
         "Plan",
         "PlanError",
         "Problem",
-        "PushResult",
+        "Query",
         "Rejected",
         "SourceError",
         "ValidationReport",

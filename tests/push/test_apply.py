@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from connector.errors import DeleteGuard
-from connector.push import PushResult, apply, push
+from connector.push import Applied, apply, push
 from connector.push.apply import apply_plan
 from connector.push.plan import Create, Plan
 from connector.push.validate import Key
@@ -104,7 +104,7 @@ def _table(env: InProcess, table_id: str) -> Table:
     return env.client().get_table(table_id)
 
 
-def _apply(env: InProcess, table_id: str, creates: tuple[Create, ...]) -> PushResult:
+def _apply(env: InProcess, table_id: str, creates: tuple[Create, ...]) -> Applied:
     client = env.client()
     plan = Plan(_table(env, table_id), Key(("Name",)), "insert", "s.csv", len(creates), 0,
                 creates=creates)

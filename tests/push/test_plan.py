@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from connector.errors import ConfigError, DeleteGuard, PlanError, ValidationReport
@@ -13,10 +15,12 @@ from connector.push.live import Live
 from connector.push.plan import (
     Create,
     Delete,
+    Diff,
     Plan,
     Update,
     check_current,
     check_delete_guard,
+    gather,
     make_plan,
 )
 from connector.push.source import Source
@@ -114,6 +118,33 @@ def test_a_key_that_repeats_in_the_table_is_refused() -> None:
     doubled = live(("row_1", {"Name": "Ann"}), ("row_2", {"Name": "Ann"}))
     with pytest.raises(PlanError, match=r"2 rows sharing a key \(Name\)"):
         plan({"Name": ["Ann"]}, doubled)
+
+
+def test_a_key_repeated_among_rows_the_source_lacks_is_refused_too() -> None:
+    doubled = live(("row_1", {"Name": "Ann"}), ("row_2", {"Name": "Bo"}), ("row_3", {"Name": "Bo"}))
+    with pytest.raises(PlanError, match=r"2 rows sharing a key \(Name\).*\('Bo',\) on row_2"):
+        plan({"Name": ["Ann"]}, doubled)
+
+
+def test_a_table_compared_in_chunks_plans_as_a_table_compared_whole() -> None:
+    """The push reads the table in chunks into a Diff: the plan is the one made whole."""
+    rows = [(f"row_{i}", {"Name": f"n{i}", "Age": i, "Note": "x" * (i % 3)}) for i in range(30)]
+    table = live(*rows)
+    source = {"Name": [f"n{i}" for i in range(5, 40)], "Age": [str(i + (i % 4 == 0)) for i in range(5, 40)]}
+    src = Source.from_frame(pd.DataFrame(source, dtype=object), "people.csv")
+    prepared = validate(src, TABLE, Key.parse("Name", TABLE))
+    diff = Diff(prepared, "mirror")
+    for start in range(0, 30, 7):
+        diff.add(Live(TABLE, table.frame.iloc[start : start + 7].reset_index(drop=True)))
+    assert diff.plan() == make_plan(prepared, table, "mirror")
+
+
+def test_gather_takes_from_every_chunk_in_the_order_asked() -> None:
+    chunks = pa.chunked_array([pa.array(["a", None, "c"]), pa.array(["d"]), pa.array(["e", "f"])])
+    values = pd.Series(chunks.to_pandas(types_mapper=lambda _: pd.StringDtype("pyarrow")))
+    for positions in ([5, 0, 3, 1, 1, 4], [], [2]):
+        taken = gather(values, np.array(positions, dtype=np.intp))
+        assert taken.tolist() == values.take(positions).tolist() and taken.dtype == values.dtype
 
 
 def test_mirror_guard() -> None:
