@@ -438,14 +438,18 @@ class _Settings:
         key_source: str | None = None,
         url_source: str | None = None,
     ) -> None:
+        # A library caller is told of parameters; a command passes its own words (its flag
+        # and variable) as the sources.
         self._key_source = key_source or ENV_API_KEY
-        self._url_source = url_source or f"{ENV_BASE_URL} (or --base-url)"
+        self._url_source = url_source or f"{ENV_BASE_URL} (or base_url)"
         base_url = base_url or os.environ.get(ENV_BASE_URL)
         api_key = api_key if api_key is not None else os.environ.get(ENV_API_KEY)
         if not base_url:
-            raise ConfigError(f"no API base URL: pass base_url or set {ENV_BASE_URL} (it ends in /v1)")
+            fix = f"set {url_source}" if url_source else f"pass base_url or set {ENV_BASE_URL}"
+            raise ConfigError(f"no API base URL: {fix} (it ends in /v1)")
         if not api_key:
-            raise ConfigError(f"no API key: pass api_key or set {self._key_source}")
+            fix = f"set {key_source}" if key_source else f"pass api_key or set {ENV_API_KEY}"
+            raise ConfigError(f"no API key: {fix}")
         self._api_key = check_key(api_key, self._key_source)
         remember_key(api_key)
         self.base_url = _check_base_url(base_url, self._url_source)
@@ -578,10 +582,16 @@ class _Settings:
             text = f"the API key was refused{said}; set {self._key_source} to a valid key"
         elif status == 403:
             kind = PermissionDenied
-            text = (
-                f"the key may not {'read' if call.method == 'GET' else 'change'} this{said}; "
-                "use a key with access to the table (it may be read-only or scoped to other tables)"
-            )
+            if call.method == "GET":
+                text = (
+                    f"the key may not read this{said}; use a key with access to the table "
+                    "(this one may be scoped to other tables)"
+                )
+            else:
+                text = (
+                    f"the key may not change this table{said}; use a key that may write to it "
+                    "(this one is read-only or scoped to other tables)"
+                )
         elif status == 404:
             kind = NotFound
             text = (
@@ -614,8 +624,9 @@ class Client:
     `base_url` (ending in ``/v1``) and `api_key` default to ``CONNECTOR_BASE_URL`` and
     ``CONNECTOR_API_KEY``. Both are checked here, before any request: a key with whitespace,
     control or non-ASCII characters, or a base URL that is not ``http(s)://host...``, is a
-    `ConfigError` naming `key_source` / `url_source` (where the value came from: default
-    ``CONNECTOR_API_KEY`` / ``CONNECTOR_BASE_URL``), never the key.
+    `ConfigError` naming `key_source` / `url_source` (where the value came from, in the
+    caller's words: a command names its flag and variable; default ``CONNECTOR_API_KEY`` /
+    ``CONNECTOR_BASE_URL (or base_url)``), never the key.
 
     `retry` is the policy (`RetryPolicy`); `max_wait` caps its total seconds (without
     either: ``CONNECTOR_MAX_WAIT``, else the default). `on_retry` hears of each wait before

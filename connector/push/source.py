@@ -44,7 +44,7 @@ from connector.destinations.formats import undo_excel_safe
 from connector.errors import ConfigError, SourceError
 from connector.modes import MERGED_CELLS, MergedCells
 
-__all__ = ["Source", "SourceError", "read_source"]
+__all__ = ["SUFFIXES", "Source", "SourceError", "read_source"]
 
 #: A formula element in a worksheet's XML (``<f>``, ``<f t="shared" .../>``, ``<x:f>``).
 _FORMULA_TAG = re.compile(rb"<(?:\w+:)?f[\s>/]")
@@ -52,6 +52,9 @@ _FORMULA_TAG = re.compile(rb"<(?:\w+:)?f[\s>/]")
 _MERGE_TAG = re.compile(rb"<(?:\w+:)?mergeCell[\s>/]")
 #: Formula cells named in an error before "and N more".
 _SHOWN_CELLS = 10
+#: The files a push reads, by suffix (any case); any other suffix is refused, naming these:
+#: a file read as the wrong kind would plan wrong writes.
+SUFFIXES = (".csv", ".xlsx", ".xlsm", ".parquet", ".pq")
 #: Delimiters the CSV sniffer may choose between.
 CSV_DELIMITERS = ",;\t|"
 _SNIFF_CHARS = 64 * 1024
@@ -135,6 +138,12 @@ def _read(
         raise SourceError(f"{path}: --merged-cells applies to Excel files only")
     if suffix in (".xls", ".ods", ".numbers"):
         raise SourceError(f"{path}: {suffix} files are not read; save the sheet as .xlsx or CSV")
+    if suffix not in SUFFIXES:
+        kind = f"a {suffix} file" if suffix else "a file with no suffix"
+        raise SourceError(
+            f"{path}: {kind} is not read; push reads {', '.join(SUFFIXES)} (a CSV file "
+            "saved under another name: rename it to .csv)"
+        )
     if suffix in (".xlsx", ".xlsm"):
         return _read_excel(path, sheet, markers, merged_cells)
     if suffix in (".parquet", ".pq"):
