@@ -537,10 +537,10 @@ class _Settings:
             url=url,
         )
 
-    def _finish(self, call: _Call[T], response: httpx.Response, replay: bool) -> T:
+    def _finish(self, call: _Call[T], response: httpx.Response, replay: bool, epoch: int) -> T:
         """Feeds the limiter, then reads the body or raises the error the status means."""
         if response.status_code == 429:
-            self.limiter.on_throttled()
+            self.limiter.on_throttled(epoch)
         else:
             self.limiter.on_accepted()
         if response.is_success or (response.status_code == 404 and call.gone_is_done and replay):
@@ -898,9 +898,7 @@ class AsyncClient(_Settings):
         latency: float | None = None
         ok = False
         try:
-            wait = self.limiter.reserve()
-            if wait > 0:
-                await asyncio.sleep(wait)
+            epoch = await self._paced()
             request = self._request(self._http, call)
             started = time.monotonic()
             try:
@@ -908,11 +906,24 @@ class AsyncClient(_Settings):
             except httpx.HTTPError as exc:
                 latency = time.monotonic() - started
                 raise self._transport_error(exc, call) from exc
-            latency = time.monotonic() - started
-            ok = response.status_code != 429 and response.status_code < 500
+            # A 429 is about the rate, the pacer's to learn; it tells the level nothing (and
+            # its quick answer would make real ones look slow).
+            latency = time.monotonic() - started if response.status_code != 429 else None
+            ok = response.status_code < 500
         finally:
             self.concurrency.release(latency, ok=ok)
-        return self._finish(call, response, replay)
+        return self._finish(call, response, replay, epoch)
+
+    async def _paced(self) -> int:
+        """Waits for the request's start slot; returns the epoch it was booked in. A slot
+        booked at a pace cut while it waited is booked again, at the new pace."""
+        while True:
+            wait, epoch = self.limiter.reserve()
+            if wait <= 0:
+                return epoch
+            await asyncio.sleep(wait)
+            if self.limiter.epoch == epoch:
+                return epoch
 
     async def _exchange(self, request: httpx.Request) -> httpx.Response:
         """Sends `request` and reads the answer fully.
