@@ -634,7 +634,8 @@ class Client:
     ``connector.api.retry`` logger, which the CLI prints as one line on stderr).
 
     `transport` is the test seam (an httpx transport, sync or async), used by every read and
-    write; `limiter` defaults to the one shared by every client of this key in the process.
+    write; `limiter` defaults to the one shared by every client of this key in the process,
+    starting from the rate an earlier process learned (`connector.api.ratelimit.RateMemory`).
     `max_concurrency` caps the requests in flight, which the client adapts below the cap
     (`connector.api.concurrency`; default ``CONNECTOR_MAX_CONCURRENCY``, else 32).
     Each method is one call of the async core (`aio`), run on this client's event loop.
