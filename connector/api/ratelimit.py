@@ -267,7 +267,12 @@ class RateMemory:
         configured = os.environ.get(ENV_CACHE_DIR)
         if configured is not None:
             return cls(Path(configured).expanduser() if configured.strip() else None)
-        base = os.environ.get("XDG_CACHE_HOME", "").strip() or str(Path.home() / ".cache")
+        base = os.environ.get("XDG_CACHE_HOME", "").strip()
+        if not base:
+            try:
+                base = str(Path.home() / ".cache")
+            except (RuntimeError, KeyError):  # no home to find: nothing is remembered
+                return cls(None)
         return cls(Path(base) / "connector")
 
     @staticmethod

@@ -238,6 +238,15 @@ def test_the_memory_lives_where_the_environment_says(
     monkeypatch.delenv("CONNECTOR_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert RateMemory.default().path == tmp_path / "xdg" / "connector" / RateMemory.FILE
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert RateMemory.default().path == tmp_path / "home" / ".cache" / "connector" / RateMemory.FILE
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", no_home)
+    assert RateMemory.default().path is None  # nowhere to keep it: nothing is kept
 
 
 def test_one_limiter_per_key_and_server_starting_from_the_memory(tmp_path: Path) -> None:
