@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,23 +27,25 @@ PARTIAL_SUFFIX = ".partial"
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temp path beside `path`; on a clean exit it replaces `path` atomically.
 
-    On an exception the temp file is removed and `path` is left as it was; a file system
-    error (no space, no permission...) becomes a DestinationError naming the file.
+    On an exception the temp file is removed and `path` is left as it was, and so are the
+    folders: those this process made for writes that never finished are removed while empty
+    (a failed or stopped first export leaves no empty folder, whichever of its parallel
+    writers made it). A file system error (no space, no permission...) becomes a
+    DestinationError naming the file and saying the operating system's error.
     """
     target = Path(path)
-    made = _missing_dirs(target.parent)
     for attempt in (1, 2):
+        _make_folder(target)
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
             fd, name = tempfile.mkstemp(
                 dir=target.parent, prefix=f".{target.name}.", suffix=PARTIAL_SUFFIX
             )
             break
-        except FileNotFoundError:  # another writer's failure just removed the empty folder
+        except FileNotFoundError as exc:  # another writer's failure just removed the empty folder
             if attempt == 2:
-                raise DestinationError(f"cannot write {target}: its folder keeps vanishing") from None
+                raise DestinationError(f"cannot write {target}: {_said(exc)}") from exc
         except OSError as exc:
-            raise DestinationError(f"cannot write {target}: {exc.strerror or exc}") from exc
+            raise DestinationError(f"cannot write {target}: {_said(exc)}") from exc
     os.close(fd)
     temp = Path(name)
     try:
@@ -54,32 +57,70 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         _fsync_dir(target.parent)
     except OSError as exc:
         temp.unlink(missing_ok=True)
-        _remove_empty(made)
-        raise DestinationError(f"writing {target} failed: {exc.strerror or exc}") from exc
+        _remove_empty(target.parent)
+        raise DestinationError(f"writing {target} failed: {_said(exc)}") from exc
     except BaseException:
         temp.unlink(missing_ok=True)
-        _remove_empty(made)
+        _remove_empty(target.parent)
         raise
+    _kept(target.parent)
 
 
-def _missing_dirs(directory: Path) -> list[Path]:
-    """The folders `directory` needs made, deepest first (none when it exists)."""
+#: Folders this process made for `atomic_path` writes that have not held a finished file
+#: yet: a failed write removes them while empty. Process-wide, because parallel writers
+#: share a new folder and only one of them made it.
+_made: set[Path] = set()
+_made_lock = threading.Lock()
+
+
+def _said(exc: OSError) -> str:
+    """The operating system's words for `exc` (``No such file or directory``)."""
+    return exc.strerror or str(exc)
+
+
+def _make_folder(target: Path) -> None:
+    """Make the folder `target` goes in (remembering what was made); the OS's error if not."""
+    folder = target.parent
     missing = []
-    for folder in (directory, *directory.parents):
-        if folder.exists():
+    for f in (folder, *folder.parents):
+        if f.exists():
             break
-        missing.append(folder)
-    return missing
+        missing.append(f)
+    if not missing:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        with _made_lock:
+            _made.update(f for f in missing if f.is_dir())
+        _remove_empty(folder)
+        raise DestinationError(
+            f"cannot write {target}: making the folder {exc.filename or folder} failed: {_said(exc)}"
+        ) from exc
+    with _made_lock:
+        _made.update(missing)
 
 
-def _remove_empty(folders: list[Path]) -> None:
-    """Remove the folders a failed first write made, while they are empty (a failed or
-    stopped first export leaves no empty output folder behind)."""
-    for folder in folders:
-        try:
-            folder.rmdir()
-        except OSError:  # not empty: another table's file is there, or being written
-            return
+def _remove_empty(folder: Path) -> None:
+    """Remove `folder` and its parents while this process made them for writes that never
+    finished and they are empty (another writer's file keeps them)."""
+    with _made_lock:
+        for made in (folder, *folder.parents):
+            if made not in _made:
+                return
+            try:
+                made.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:  # not empty: another table's file is there, or being written
+                return
+            _made.discard(made)
+
+
+def _kept(folder: Path) -> None:
+    """`folder` holds a finished file now: it and its parents are no longer ours to remove."""
+    with _made_lock:
+        _made.difference_update((folder, *folder.parents))
 
 
 def _umask() -> int:

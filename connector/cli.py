@@ -54,12 +54,15 @@ _starting = _catch_starting()
 import importlib  # noqa: E402
 import logging  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any, cast  # noqa: E402
+from typing import TYPE_CHECKING, Any, cast  # noqa: E402
 
 import click  # noqa: E402
 
 from connector.errors import ConnectorError, ExitCode  # noqa: E402
 from connector.modes import DEFAULT_PUSH_MODE, MERGED_CELLS, PUSH_MODES, MergedCells  # noqa: E402
+
+if TYPE_CHECKING:  # imported where a command runs: `connector --help` stays light
+    from connector.api import Client
 
 
 class _UsageLine(click.ClickException):
@@ -264,6 +267,17 @@ _base_url_option = click.option(
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 
 
+def _client(base_url: str | None, max_concurrency: int | None = None) -> Client:
+    """A command's client: its errors name the flag and variable the URL and key come from
+    (a library caller's errors name its parameters)."""
+    from connector.api import Client
+
+    return Client(
+        base_url, max_concurrency=max_concurrency,
+        url_source="CONNECTOR_BASE_URL or --base-url", key_source="CONNECTOR_API_KEY",
+    )
+
+
 @main.command()
 @_base_url_option
 @_json_option
@@ -272,9 +286,7 @@ def tables(base_url: str | None, as_json: bool) -> None:
     import dataclasses
     import json
 
-    from connector.api import Client  # not the Workspace: it brings pyarrow, unused here
-
-    with Client(base_url) as client:
+    with _client(base_url) as client:  # not the Workspace: it brings pyarrow, unused here
         found = client.list_tables()
     if as_json:
         click.echo(json.dumps([dataclasses.asdict(t) for t in found], indent=2))
@@ -296,8 +308,8 @@ def schema(table: str, base_url: str | None, as_json: bool) -> None:
 
     from connector.workspace import Workspace
 
-    with Workspace(base_url) as ws:
-        found = ws.schema(table)
+    with _client(base_url) as client:
+        found = Workspace(client=client).schema(table)
     if as_json:
         columns = [
             {"name": c.name, "type": c.type, "required": c.required, "options": c.options}
@@ -572,9 +584,7 @@ def _drive_push(
         code: int = ExitCode.OK
         message: str | None = None
         try:
-            from connector.api import Client
-
-            with Client(base_url, max_concurrency=cap) as client:
+            with _client(base_url, cap) as client:
                 applied = call(client)
         except ConnectorError as exc:
             error = exc

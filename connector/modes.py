@@ -13,6 +13,7 @@ __all__ = [
     "DEFAULT_PUSH_MODE",
     "MERGED_CELLS",
     "PUSH_MODES",
+    "PUSH_SUFFIXES",
     "WRITE_MODES",
     "MergedCells",
     "PushMode",
@@ -25,6 +26,9 @@ __all__ = [
 PushMode = Literal["insert", "update", "upsert", "mirror"]
 PUSH_MODES: tuple[PushMode, ...] = get_args(PushMode)
 DEFAULT_PUSH_MODE: PushMode = "upsert"
+#: The files a push reads, by suffix (any case); any other suffix is refused, naming these:
+#: a file read as the wrong kind would plan wrong writes.
+PUSH_SUFFIXES = (".csv", ".xlsx", ".xlsm", ".parquet", ".pq")
 
 #: How a load writes a table into a destination: ``replace`` it whole, ``append`` the rows,
 #: or ``merge`` them by ``_id`` (an upsert).

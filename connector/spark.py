@@ -68,6 +68,7 @@ from connector.api.client import ENV_BASE_URL
 from connector.api.keys import ENV_API_KEY, describe_variable
 from connector.api.models import RowPage
 from connector.api.paging import order_key  # the reader's order: ranges follow it
+from connector.api.ratelimit import Slot
 from connector.arrays import string_array
 from connector.errors import ApiValidationError, BadRequest, ConfigError, ExtractionError, NotFound
 from connector.extract import Extraction
@@ -191,13 +192,13 @@ class _Budget(RateLimiter):
         self._next = 0.0
         self._booking = threading.Lock()
 
-    def reserve(self) -> float:
+    def reserve(self) -> Slot:
         adaptive = super().reserve()
         with self._booking:
             now = time.monotonic()
-            start = max(now + adaptive, self._next)
+            start = max(now + adaptive.wait, self._next)
             self._next = start + self._interval
-            return start - now
+            return Slot(start - now, adaptive.epoch)
 
 
 class _Range(ds.InputPartition):

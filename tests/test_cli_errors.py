@@ -5,17 +5,19 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
 
 from connector.cli import main
 from connector.errors import ExitCode
-from tests.fixtures.server import RunningServer, free_port
+from tests.fixtures.server import ROOT, RunningServer, free_port
 
 ORDERS = {"name": "Orders", "columns": [{"name": "Sku", "type": "text"}]}
 
@@ -74,7 +76,8 @@ def test_names_that_differ_only_in_case_ask_for_an_id(
 
 def test_an_unreachable_server_is_a_failure_from_every_command(sheet: Path, tmp_path: Path) -> None:
     """Exit 1 with one line naming the address, no traceback, from every command; each wait
-    before a retry is a line on stderr, and --max-wait bounds them (here half a second)."""
+    before a retry is a line on stderr, and --max-wait bounds them (here 2 s: a first try that
+    takes half a second on a loaded machine leaves a budget that short no retry)."""
     base_url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     env = {**os.environ, "CONNECTOR_BASE_URL": base_url, "CONNECTOR_API_KEY": "key_unused"}
     env.pop("CONNECTOR_MAX_WAIT", None)
@@ -82,7 +85,7 @@ def test_an_unreachable_server_is_a_failure_from_every_command(sheet: Path, tmp_
     began = time.monotonic()
     started = {
         name: subprocess.Popen(
-            [sys.executable, "-m", "connector", "--max-wait", "0.5", *args],
+            [sys.executable, "-m", "connector", "--max-wait", "2", *args],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         for name, args in commands.items()
@@ -208,3 +211,95 @@ def test_push_and_apply_cap_the_clients_requests_in_flight(
     with server.client() as http:
         for table_id in (pushed, applied):
             assert http.get(f"/tables/{table_id}/rows", params={"limit": 1}).json()["total"] == 1200
+
+
+# -- a key that may not write -----------------------------------------------------------------
+
+
+def _cells(server: RunningServer, table_id: str) -> list[tuple[str, dict[str, object]]]:
+    with server.client() as http:
+        page = http.get(f"/tables/{table_id}/rows", params={"limit": 1000}).json()
+    return sorted((row["id"], row["fields"]) for row in page["rows"])
+
+
+@pytest.mark.parametrize("command", ["push", "apply"])
+def test_a_read_only_key_is_told_it_cannot_write_not_to_run_again(
+    server: RunningServer, tmp_path: Path, command: str
+) -> None:
+    """Running again with the same key fails the same way: the error says the key cannot
+    write (exit 1, no traceback, in text and in the JSON summary) and the table is unchanged."""
+    table_id = server.create_table(ORDERS)
+    server.insert_rows(table_id, [{"Sku": "a"}])
+    sheet = tmp_path / "orders.csv"
+    sheet.write_text("Sku\na\nb\n", encoding="utf-8")  # would create b
+    plan = tmp_path / "plan.json"
+    made = run(server, "push", str(sheet), "--table", "Orders", "--key", "Sku", "--plan-out", str(plan))
+    assert made.exit_code == ExitCode.OK and plan.exists(), made.output
+    before = _cells(server, table_id)
+    args = ["push", str(sheet), "--table", "Orders", "--key", "Sku"] if command == "push" else ["apply", str(plan)]
+    env = {"CONNECTOR_API_KEY": server.create_key(read_only=True)}
+    for as_json in ([], ["--json"]):
+        result = CliRunner().invoke(main, [*args, *as_json, "--base-url", server.base_url], env=env)
+        assert result.exit_code == ExitCode.FAILED, result.output
+        assert "Traceback" not in result.output
+        said = result.stderr if not as_json else " ".join(json.loads(result.stdout)["pushes"][0]["problems"])
+        assert "cannot write to the table: run the push again with a key that may" in said, said
+        assert "again to finish" not in result.output
+        assert "may not change this table" in result.stderr and "read-only" in result.stderr
+    assert _cells(server, table_id) == before
+
+
+# -- what a failed or stopped export leaves on disk --------------------------------------------
+
+
+def test_an_out_folder_that_cannot_be_made_shows_the_systems_error(server: RunningServer) -> None:
+    """/proc/sys takes no new folder: the error is the one the OS gives for it, not a guess."""
+    server.create_table(ORDERS)
+    with pytest.raises(OSError) as system:
+        os.mkdir("/proc/sys/out")
+    result = run(server, "export", "--out", "/proc/sys/out")
+    assert result.exit_code == ExitCode.FAILED, result.output
+    line = next(line for line in result.output.splitlines() if line.startswith("Orders: failed"))
+    assert line == ("Orders: failed: cannot write /proc/sys/out/Orders.parquet: making the folder "
+                    f"/proc/sys/out failed: {system.value.strerror}")
+
+
+def test_writers_sharing_a_new_folder_leave_none_when_they_all_fail(tmp_path: Path) -> None:
+    """One writer made the folder, another entered it after; they fail in that order. The
+    last one out removes it (neither made it alone, for the second)."""
+    from connector.atomic import atomic_path
+
+    out = tmp_path / "new" / "out"
+    first, second = atomic_path(out / "a.csv"), atomic_path(out / "b.csv")
+    first.__enter__()
+    second.__enter__()
+    assert len(list(out.iterdir())) == 2  # both partial files
+    stop = KeyboardInterrupt()
+    assert first.__exit__(KeyboardInterrupt, stop, None) is False
+    assert second.__exit__(KeyboardInterrupt, stop, None) is False
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stopped_first_export_of_tables_in_parallel_leaves_no_folder(
+    server_factory: Any, tmp_path: Path
+) -> None:
+    """Ctrl-C while every table's file is being written into a folder the export made."""
+    server = server_factory(latency_ms=100)
+    for t in range(6):
+        table = server.create_table({**ORDERS, "name": f"T{t}"})
+        server.insert_rows(table, [{"Sku": f"s{i}"} for i in range(2000)])
+    out_dir = tmp_path / "new" / "out"
+    env = {**os.environ, "CONNECTOR_BASE_URL": server.base_url, "CONNECTOR_API_KEY": server.api_key}
+    run = subprocess.Popen(
+        [sys.executable, "-m", "connector", "export", "--out", str(out_dir), "--format", "csv",
+         "--page-size", "50"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not (out_dir.is_dir() and len(list(out_dir.glob(".T*.csv.*"))) == 6):  # all mid-write
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+        time.sleep(0.02)
+    run.send_signal(signal.SIGINT)
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == ExitCode.INTERRUPTED, err
+    assert list(tmp_path.iterdir()) == []

@@ -486,14 +486,18 @@ class _Settings:
         url_source: str | None = None,
         counts: RequestCounts | None = None,
     ) -> None:
+        # A library caller is told of parameters; a command passes its own words (its flag
+        # and variable) as the sources.
         self._key_source = key_source or ENV_API_KEY
-        self._url_source = url_source or f"{ENV_BASE_URL} (or --base-url)"
+        self._url_source = url_source or f"{ENV_BASE_URL} (or base_url)"
         base_url = base_url or os.environ.get(ENV_BASE_URL)
         api_key = api_key if api_key is not None else os.environ.get(ENV_API_KEY)
         if not base_url:
-            raise ConfigError(f"no API base URL: pass base_url or set {ENV_BASE_URL} (it ends in /v1)")
+            fix = f"set {url_source}" if url_source else f"pass base_url or set {ENV_BASE_URL}"
+            raise ConfigError(f"no API base URL: {fix} (it ends in /v1)")
         if not api_key:
-            raise ConfigError(f"no API key: pass api_key or set {self._key_source}")
+            fix = f"set {key_source}" if key_source else f"pass api_key or set {ENV_API_KEY}"
+            raise ConfigError(f"no API key: {fix}")
         self._api_key = check_key(api_key, self._key_source)
         remember_key(api_key)
         self.base_url = _check_base_url(base_url, self._url_source)
@@ -584,10 +588,10 @@ class _Settings:
             url=url,
         )
 
-    def _finish(self, call: _Call[T], response: httpx.Response, replay: bool) -> T:
+    def _finish(self, call: _Call[T], response: httpx.Response, replay: bool, epoch: int) -> T:
         """Feeds the limiter, then reads the body or raises the error the status means."""
         if response.status_code == 429:
-            self.limiter.on_throttled()
+            self.limiter.on_throttled(epoch)
         else:
             self.limiter.on_accepted()
         if response.is_success or (response.status_code == 404 and call.gone_is_done and replay):
@@ -629,10 +633,16 @@ class _Settings:
             text = f"the API key was refused{said}; set {self._key_source} to a valid key"
         elif status == 403:
             kind = PermissionDenied
-            text = (
-                f"the key may not {'read' if call.method == 'GET' else 'change'} this{said}; "
-                "use a key with access to the table (it may be read-only or scoped to other tables)"
-            )
+            if call.method == "GET":
+                text = (
+                    f"the key may not read this{said}; use a key with access to the table "
+                    "(this one may be scoped to other tables)"
+                )
+            else:
+                text = (
+                    f"the key may not change this table{said}; use a key that may write to it "
+                    "(this one is read-only or scoped to other tables)"
+                )
         elif status == 404:
             kind = NotFound
             text = (
@@ -665,8 +675,9 @@ class Client:
     `base_url` (ending in ``/v1``) and `api_key` default to ``CONNECTOR_BASE_URL`` and
     ``CONNECTOR_API_KEY``. Both are checked here, before any request: a key with whitespace,
     control or non-ASCII characters, or a base URL that is not ``http(s)://host...``, is a
-    `ConfigError` naming `key_source` / `url_source` (where the value came from: default
-    ``CONNECTOR_API_KEY`` / ``CONNECTOR_BASE_URL``), never the key.
+    `ConfigError` naming `key_source` / `url_source` (where the value came from, in the
+    caller's words: a command names its flag and variable; default ``CONNECTOR_API_KEY`` /
+    ``CONNECTOR_BASE_URL (or base_url)``), never the key.
 
     `retry` is the policy (`RetryPolicy`); `max_wait` caps its total seconds (without
     either: ``CONNECTOR_MAX_WAIT``, else the default). `on_retry` hears of each wait before
@@ -674,7 +685,8 @@ class Client:
     ``connector.api.retry`` logger, which the CLI prints as one line on stderr).
 
     `transport` is the test seam (an httpx transport, sync or async), used by every read and
-    write; `limiter` defaults to the one shared by every client of this key in the process.
+    write; `limiter` defaults to the one shared by every client of this key in the process,
+    starting from the rate an earlier process learned (`connector.api.ratelimit.RateMemory`).
     `max_concurrency` caps the requests in flight, which the client adapts below the cap
     (`connector.api.concurrency`; default ``CONNECTOR_MAX_CONCURRENCY``, else 32).
     `counts` tallies every try's answer and every retry (`RequestCounts`; default: the
@@ -948,9 +960,7 @@ class AsyncClient(_Settings):
         latency: float | None = None
         ok = False
         try:
-            wait = self.limiter.reserve()
-            if wait > 0:
-                await asyncio.sleep(wait)
+            epoch = await self._paced()
             request = self._request(self._http, call)
             started = time.monotonic()
             try:
@@ -959,12 +969,25 @@ class AsyncClient(_Settings):
                 latency = time.monotonic() - started
                 self.counts.answered(None)
                 raise self._transport_error(exc, call) from exc
-            latency = time.monotonic() - started
+            # A 429 is about the rate, the pacer's to learn; it tells the level nothing (and
+            # its quick answer would make real ones look slow).
+            latency = time.monotonic() - started if response.status_code != 429 else None
             self.counts.answered(response.status_code)
-            ok = response.status_code != 429 and response.status_code < 500
+            ok = response.status_code < 500
         finally:
             self.concurrency.release(latency, ok=ok)
-        return self._finish(call, response, replay)
+        return self._finish(call, response, replay, epoch)
+
+    async def _paced(self) -> int:
+        """Waits for the request's start slot; returns the epoch it was booked in. A slot
+        booked at a pace cut while it waited is booked again, at the new pace."""
+        while True:
+            wait, epoch = self.limiter.reserve()
+            if wait <= 0:
+                return epoch
+            await asyncio.sleep(wait)
+            if self.limiter.epoch == epoch:
+                return epoch
 
     async def _exchange(self, request: httpx.Request) -> httpx.Response:
         """Sends `request` and reads the answer fully.

@@ -10,7 +10,7 @@ window does, from what each answer says:
   of it, plus ``SLACK``): the server keeps up, so more in flight is more throughput;
 * **congestion avoidance**: once latency rises past that, or after a cut, it grows by one
   per such round;
-* **backing off**: a round with a 429, a 5xx or a transport failure multiplies the level by
+* **backing off**: a round with a 5xx or a transport failure multiplies the level by
   ``BACKOFF``; a round whose latency inflated past ``TOLERANCE`` x the fastest (requests
   queue at the server or in our own loop) scales it by how far: ``TOLERANCE`` x fastest
   / mean, at most halving it, and not below ``INITIAL``: a loaded machine still overlaps
@@ -22,7 +22,9 @@ window does, from what each answer says:
 
 The cap (`maximum`: ``--max-concurrency``, ``source.max_concurrency``) bounds it. Pacing
 of request *starts* after 429s is the rate limiter's job (`connector.api.ratelimit`); the
-two compose: the pacer spaces requests out, this bounds how many are outstanding.
+two compose: the pacer spaces requests out, this bounds how many are outstanding. A 429 says
+nothing about how many requests the server takes at once, so the client does not report it
+here (cut for 429s, a paced read fell to one request in flight, stalled by each Retry-After).
 
 One `ConcurrencyLimit` belongs to one client and its event loop; every table a run reads
 in parallel and every request of a push share it.
@@ -52,7 +54,7 @@ INITIAL = 4
 TOLERANCE = 1.25
 START_TOLERANCE = 1.1
 SLACK = 0.002
-#: The level after a round with an error answer (429, 5xx, transport failure).
+#: The level after a round with an error answer (5xx, transport failure).
 BACKOFF = 0.7
 #: The deepest cut a round of inflated latency makes (its level times this, at least).
 EASE = 0.5
@@ -122,8 +124,8 @@ class ConcurrencyLimit:
             self._full = True
 
     def release(self, latency: float | None, *, ok: bool = True) -> None:
-        """One request is done after `latency` seconds; `ok` False for a 429, a 5xx or a
-        transport failure. None: it got no answer to learn from (cancelled)."""
+        """One request is done after `latency` seconds; `ok` False for a 5xx or a transport
+        failure. None: it got no answer to learn from (cancelled, or a 429)."""
         self._in_flight -= 1
         if latency is None or self._stale:
             self._stale = max(0, self._stale - 1)

@@ -70,6 +70,7 @@ __all__ = [
     "MAX_SEARCH_WINDOWS",
     "MIN_RECENT",
     "ORDER_KEYS",
+    "PACED_AHEAD",
     "Cells",
     "ExtractionError",
     "PageReader",
@@ -79,6 +80,9 @@ __all__ = [
 
 #: Finished pages that may wait for an earlier, slower one, per request in flight.
 AHEAD = 4
+#: Seconds of pages at the rate limiter's pace that may wait for an earlier one (a 429's
+#: Retry-After is usually a second; the server's bucket keeps no more for a read that stalls).
+PACED_AHEAD = 1.5
 #: A read that had to repair this many shifts in a row without reading a new row gives up
 #: (the table changes faster than we read). Repairs that move the read on are not counted.
 MAX_RESUMES = 1000
@@ -254,7 +258,8 @@ class _Plan:
             index = next(i for i, (o, _) in enumerate(self.pending) if o == offset) + 1
             self._launch(index, offset + self._step(page.limit))
             running += 1
-        while running < concurrency and len(self.pending) < AHEAD * concurrency:
+        ahead = max(AHEAD * concurrency, self._reader.paced_ahead())
+        while running < concurrency and len(self.pending) < ahead:
             after = self._next()
             if after is None or (self.pending and after >= self._end):
                 break
@@ -328,6 +333,12 @@ class PageReader:
     def window(self) -> int:
         """Pages to keep in flight: the read's own cap, else what the client allows now."""
         return self._concurrency or self._client.concurrency.level
+
+    def paced_ahead(self) -> int:
+        """Pages a paced read may hold ahead of an earlier one: a `PACED_AHEAD` seconds' worth
+        at the pace, so a page stalled by a 429's Retry-After does not stall the read."""
+        rate = self._client.limiter.rate
+        return int(rate * PACED_AHEAD) if rate is not None else 0
 
     async def read(self) -> None:
         try:

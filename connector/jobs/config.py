@@ -38,6 +38,7 @@ from connector.errors import ConfigError
 from connector.modes import (
     MERGED_CELLS,
     PUSH_MODES,
+    PUSH_SUFFIXES,
     WRITE_MODES,
     MergedCells,
     PushMode,
@@ -73,7 +74,6 @@ DEFAULT_LOOKBACK = 300.0
 #: match (and re-read the rows), or ``freeze``: leave that table as it was and say why.
 SchemaContract = Literal["evolve", "freeze"]
 SCHEMA_CONTRACTS: tuple[SchemaContract, ...] = ("evolve", "freeze")
-PUSH_SUFFIXES = (".csv", ".xlsx", ".xlsm", ".parquet")
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: Names a secret would go under; refused with a pointer to ``api_key_env``.

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from connector.api import MAX_BULK_ROWS
-from connector.errors import ConnectorError
+from connector.errors import ConnectorError, PermissionDenied
 from connector.push.apply import Applied, Rejected, written_before
 from connector.push.plan import Counts, Plan
 from connector.results import PushResult
@@ -98,11 +98,15 @@ def headline(exc: ConnectorError) -> tuple[str, list[str]]:
     details = [d.strip() for d in details]
     written = written_before(exc)
     if written is not None:
+        # A refused key fails the same way on a rerun: say so rather than "run again".
+        then = (
+            "this key cannot write to the table: run the push again with a key that may"
+            if isinstance(exc, PermissionDenied) else "run the push again to finish"
+        )
         details.append(
             f"written before the failure: created {written.created}, updated "
             f"{written.updated}, deleted {written.deleted} (of {len(written.plan.creates)}, "
-            f"{len(written.plan.updates)}, {len(written.plan.deletes)} planned); run the push "
-            "again to finish"
+            f"{len(written.plan.updates)}, {len(written.plan.deletes)} planned); {then}"
         )
     return head, details
 

@@ -45,7 +45,7 @@ import pyarrow.parquet as pq
 from connector.destinations.formats import undo_excel_safe
 from connector.destinations.storage import check_location, filesystem, is_remote
 from connector.errors import ConfigError, SourceError
-from connector.modes import MERGED_CELLS, MergedCells
+from connector.modes import MERGED_CELLS, PUSH_SUFFIXES, MergedCells
 
 __all__ = ["Query", "Sheet", "Source", "SourceError", "arrow_frame", "open_source", "read_source"]
 
@@ -224,6 +224,12 @@ def _open(
         _only_excel(str(path), sheet, merged_cells)
     if suffix in (".xls", ".ods", ".numbers"):
         raise SourceError(f"{path}: {suffix} files are not read; save the sheet as .xlsx or CSV")
+    if suffix not in PUSH_SUFFIXES:
+        kind = f"a {suffix} file" if suffix else "a file with no suffix"
+        raise SourceError(
+            f"{path}: {kind} is not read; push reads {', '.join(PUSH_SUFFIXES)} (a CSV file "
+            "saved under another name: rename it to .csv)"
+        )
     if suffix in (".xlsx", ".xlsm"):  # a sheet is small: read whole, its checks at once
         data = _read_excel(path, sheet, markers, merged_cells)
         return Sheet(data.name, data.columns, lambda _: data)

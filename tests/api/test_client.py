@@ -152,6 +152,30 @@ def test_a_missing_key_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch)
         Client("http://127.0.0.1:9/v1")
 
 
+def test_missing_settings_name_the_parameters_or_the_callers_words(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A library caller is told of `base_url` / `api_key`; a command names its flag."""
+    monkeypatch.delenv("CONNECTOR_BASE_URL", raising=False)
+    monkeypatch.delenv("CONNECTOR_API_KEY", raising=False)
+    said = {}
+    for name, kwargs in {
+        "url": {"api_key": "key_12345678"},
+        "key": {"base_url": "http://127.0.0.1:9/v1"},
+        "url, a command's words": {"api_key": "key_12345678", "url_source": "URL_VAR or --url"},
+        "key, a command's words": {"base_url": "http://127.0.0.1:9/v1", "key_source": "KEY_VAR"},
+    }.items():
+        with pytest.raises(ConfigError) as caught:
+            Client(**kwargs)
+        said[name] = str(caught.value)
+    assert said == {
+        "url": "no API base URL: pass base_url or set CONNECTOR_BASE_URL (it ends in /v1)",
+        "key": "no API key: pass api_key or set CONNECTOR_API_KEY",
+        "url, a command's words": "no API base URL: set URL_VAR or --url (it ends in /v1)",
+        "key, a command's words": "no API key: set KEY_VAR",
+    }
+
+
 def test_the_key_never_shows(
     server: RunningServer, people: str, caplog: pytest.LogCaptureFixture,
     capsys: pytest.CaptureFixture[str],

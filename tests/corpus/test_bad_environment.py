@@ -41,6 +41,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "schema": ("schema", "Orders"),
     "export": ("export", "--table", "Orders", "--out", "{tmp}/orders.parquet"),
     "push": ("push", "{tmp}/orders.csv", "--table", "Orders", "--key", "Sku"),
+    "apply": ("apply", "{tmp}/orders.plan.json"),
 }
 
 
@@ -81,6 +82,14 @@ CASES: dict[str, Case] = {
     "key with a control character": Case({**GOOD, "CONNECTOR_API_KEY": "{key}\x1b"},
                                          ("CONNECTOR_API_KEY", "control character")),
     "key empty": Case({**GOOD, "CONNECTOR_API_KEY": ""}, ("no API key", "CONNECTOR_API_KEY")),
+    # -- nothing set: the variable and the flag, never the library's parameter names
+    **{f"no key ({command})": Case({"CONNECTOR_BASE_URL": "{base}"}, ("no API key", "CONNECTOR_API_KEY"),
+                                   command=command, hidden=("api_key",))
+       for command in COMMANDS},
+    **{f"no base URL ({command})": Case({"CONNECTOR_API_KEY": "{key}"},
+                                        ("no API base URL", "CONNECTOR_BASE_URL", "--base-url"),
+                                        command=command, hidden=("base_url",))
+       for command in COMMANDS},
     "key refused": Case({**GOOD, "CONNECTOR_API_KEY": "key_NotAKeyOfThisServer_12345"},
                         ("the API key was refused", "CONNECTOR_API_KEY"), code=2),
     # -- base URLs that cannot work: exit 2, "base URL must look like https://host/v1"

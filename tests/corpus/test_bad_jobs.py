@@ -97,7 +97,7 @@ CASES: dict[str, Case] = {
                               ("{job}: source.max_wait", "got inf")),
     # -- destinations
     "bad destination URL": Case(SOURCE + '[[destination]]\nurl = "notadb"\n',
-                                ("{job}: destination[0].url", "not a database URL")),
+                                ("{job}: destination[0].url", "not a database URL", "sqlite:///")),
     "unknown database driver": Case(SOURCE + '[[destination]]\nurl = "nosuchdb://h/x"\n',
                                     ("{job}: destination[0]",)),
     "bad write mode": Case(SOURCE + '[[destination]]\nparquet = "out"\nmode = "upsert"\n',

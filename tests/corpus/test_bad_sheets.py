@@ -145,6 +145,18 @@ CORPUS: dict[str, Case] = {
     ),
     "malformed xlsx": Case(raw(b"PK\x03\x04 not really a zip", ".xlsx"), ("not a readable .xlsx",)),
     "empty file": Case(raw(b"", ".csv"), ("the file is empty",)),
+    # a file of another kind is refused, not read as CSV (a CSV in it would create row 002)
+    "CSV text in a .txt file": Case(
+        raw((HEADER + GOOD + "002,Bo,3,active,,\n").encode(), ".txt"),
+        ("members.txt: a .txt file is not read; push reads .csv, .xlsx, .xlsm, .parquet, .pq",
+         "rename it to .csv"),
+    ),
+    "a file with no suffix": Case(
+        raw((HEADER + "002,Bo,3,active,,\n").encode(), ""), ("members: a file with no suffix is not read",),
+    ),
+    "a JSON file": Case(
+        raw(b'[{"Code": "002", "Name": "Bo"}]', ".json"), ("a .json file is not read", ".csv, .xlsx"),
+    ),
     "no such file": Case(missing, ("no such file",)),
     "no such sheet": Case(
         xlsx([["Code", "Name"], ["001", "Ann"]]), ("no sheet 'Nope'; sheets: ['Sheet']",),
