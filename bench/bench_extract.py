@@ -33,8 +33,8 @@ import httpx
 import orjson
 
 from connector.api import Client, RateLimiter
-from connector.extract import Extraction
 from connector.destinations.formats import write_parquet
+from connector.extract import Extraction
 from connector.server.storage import Storage
 from tests.fixtures.server import RunningServer
 
