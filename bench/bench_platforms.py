@@ -8,8 +8,8 @@ the same rows in the same run; and our DuckDB writer against DuckDB itself.
    Parquet export, and peak RSS (GNU time, per process). The goal for RSS: flat, as for
    Parquet (a whole table never in memory). S3 is moto in server mode on 127.0.0.1, a
    process the bench starts (`tests.fixtures.s3`): its CPU competes with ours on 2 cores.
-2. DuckDB: our writer (`connector.load.duckdb.write_table`, fed the local Parquet export's
-   rows in batches of a page, as an export hands them over) against DuckDB reading the same
+2. DuckDB: our writer (`connector.destinations.duckdb`, a replace through `apply`, fed the
+   local Parquet export's rows in batches of a page, as an export hands them over) against DuckDB reading the same
    file itself (``CREATE TABLE t AS SELECT * FROM read_parquet(...)``), each a whole process
    timing its own write; goal >= 0.5x. Also printed: the whole ``connector load`` against
    the same, which includes reading every row from the API (that side's fair counterpart is
@@ -45,17 +45,19 @@ PAGE_ROWS = 1000
 #: Our DuckDB writer alone: argv parquet file, database, the table's API schema (JSON).
 OUR_WRITER = """
 import json, sys, time
+from pathlib import Path
 import pyarrow.parquet as pq
-from connector.load.duckdb import connect, write_table
+from connector.destinations import TableChange, Target, make_config, open_destination
 from connector.schema import Table
 source, target, spec = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 table = Table.from_api(spec)
 started = time.perf_counter()
 file = pq.ParquetFile(source)
-con = connect(target)
-rows = write_table(con, file.iter_batches(PAGE_ROWS), table, file.schema_arrow, "replace", name=table.name)
-con.close()
-print(json.dumps({"rows": rows, "seconds": time.perf_counter() - started}))
+config = make_config("url", "duckdb:///" + target, mode="replace", where="bench", base=Path.cwd())
+destination = open_destination(config)
+done = destination.apply(Target(table, table.name), TableChange("replace", file.iter_batches(PAGE_ROWS)))
+destination.close()
+print(json.dumps({"rows": done.written, "seconds": time.perf_counter() - started}))
 """.replace("PAGE_ROWS", str(PAGE_ROWS))
 
 #: DuckDB itself: argv parquet file, database.

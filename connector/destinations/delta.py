@@ -52,6 +52,7 @@ from connector.destinations.base import (
     own_errors,
 )
 from connector.destinations.evolve import renames
+from connector.destinations.formats import ROW_GROUP_ROWS
 from connector.destinations.naming import file_name
 from connector.destinations.registry import DestinationConfig, kind
 from connector.destinations.rewrite import Counted, KeptRows
@@ -133,6 +134,12 @@ class DeltaDestination:
         self.config = config
         self.capabilities = kind("delta").capabilities
         self._spools = tempfile.TemporaryDirectory(prefix="connector-delta-")
+        # deltalake's Parquet writer holds a row group's encoded pages until it is full, and
+        # its default row group is 1M rows: a whole table of that size was held. Ours is
+        # the file formats' (`ROW_GROUP_ROWS`); compressed as deltalake's default does.
+        self._writer = self.deltalake.WriterProperties(
+            max_row_group_size=ROW_GROUP_ROWS, compression="SNAPPY"
+        )
 
     def check(self) -> None:
         if is_remote(self.config.target):
@@ -206,7 +213,7 @@ class DeltaDestination:
         with self._spool(fitted, schema) as (reader, count):
             self.deltalake.write_deltalake(
                 uri, reader, mode="overwrite", schema_mode="overwrite",
-                storage_options=self._options(uri),
+                storage_options=self._options(uri), writer_properties=self._writer,
             )
         return count
 
@@ -241,7 +248,7 @@ class DeltaDestination:
         with self._spool(batches, source) as (reader, _):
             merger = table.merge(
                 reader, key, source_alias=s, target_alias=t, merge_schema=add,
-                streamed_exec=True,
+                streamed_exec=True, writer_properties=self._writer,
             )
             if merging:
                 merger = merger.when_matched_update(every, upsert)

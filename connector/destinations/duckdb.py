@@ -1,16 +1,21 @@
 """A DuckDB database file (``duckdb:///analytics.duckdb``), written natively and in bulk.
 
-The `duckdb` package (the ``[duckdb]`` extra) writes Arrow straight in: each chunk of
-batches is registered as an Arrow table and inserted with one ``INSERT ... SELECT`` (no
-row-by-row inserts, no SQLAlchemy). Every `apply` is ONE transaction, as a SQL one is:
+The `duckdb` package (the ``[duckdb]`` extra) takes Arrow straight in: a write's batches are
+handed to DuckDB as ONE Arrow stream read by one ``INSERT ... SELECT`` (no row-by-row
+inserts, no statement per chunk, no SQLAlchemy); DuckDB pulls each batch as it needs it, so
+no more than a batch is held on our side. (Registering each chunk as a table of its own kept
+every chunk alive until the commit: a registration is dropped with the transaction; a
+1,000,000-row load held all its rows, 167 MB of Arrow buffers.) Every `apply` is ONE
+transaction, as a SQL one is:
 
 - ``replace`` fills a staging table and swaps it in (drop the old, rename the new): readers
   see the old table or the new one; a failed or killed load leaves the previous table and no
   staging table (DuckDB's DDL is transactional, and rows of an uncommitted transaction are
   never replayed from its write-ahead log);
-- ``append`` adds the rows whose ids the table does not hold yet; ``merge`` deletes the rows
-  whose ids come again and inserts their new versions (so a mark is gone with the old
-  version), then removes, or stamps `DELETED_AT` on, the rows deleted upstream.
+- ``append`` adds the rows whose ids the table does not hold yet; ``merge`` stages the rows
+  in a table of their own, deletes the held rows whose ids come again and inserts the staged
+  versions (so a mark is gone with the old version), then removes, or stamps `DELETED_AT`
+  on, the rows deleted upstream.
 
 A column added upstream is added in place; any other change (renamed, retyped, dropped)
 rebuilds the table in the same transaction, its held rows renamed and converted by
@@ -25,6 +30,7 @@ write a file), a cursor a call.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import secrets
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -41,15 +47,19 @@ from connector.destinations.registry import DUCKDB_SCHEME, DestinationConfig, ki
 from connector.errors import DestinationError
 from connector.extras import require
 
-__all__ = ["CHUNK_ROWS", "MEMORY_LIMIT", "DuckdbDestination", "connect", "open_duckdb"]
+__all__ = ["MEMORY_LIMIT", "READ_ROWS", "THREADS", "DuckdbDestination", "connect", "open_duckdb"]
 
-#: Rows inserted per statement: batches are gathered up to this many (bounded memory, few
-#: statements; about half of DuckDB's row group, which it writes out as it fills).
-CHUNK_ROWS = 64 * 1024
+#: Rows a scan reads back at a time.
+READ_ROWS = 64 * 1024
 #: DuckDB's buffer memory: by default 80% of RAM, which it fills with the blocks a big load
-#: wrote (peak RSS of a 1,000,000-row load 433 MB, against 129 MB exporting them to
-#: Parquet). Past it DuckDB writes to ``<file>.tmp`` and evicts instead.
-MEMORY_LIMIT = "128MB"
+#: wrote. Past it DuckDB evicts written blocks and spills to ``<file>.tmp``. Peak RSS of a
+#: 1,000,000-row replace fed a batch at a time (in-process, bench/RESULTS.md): 277 MB at
+#: 128MB, 241 at 64MB, 209 at 32MB, 190 at 32MB on one thread; a 1,000,000-row merge
+#: into as many held rows works within it.
+MEMORY_LIMIT = "32MB"
+#: DuckDB's worker threads: the rows come from one stream, so more threads add only their
+#: buffers (~20 MB of peak RSS at 1,000,000 rows), not speed.
+THREADS = 1
 _FEATURE = "duckdb:/// destinations"
 #: `connector.schema`'s SQL type names (`ColumnType.sql_name`) as DuckDB spells them.
 _DUCKDB_TYPES = {
@@ -162,7 +172,7 @@ class DuckdbDestination:
         if change.mode == "append":
             not_held = f"WHERE {key} NOT IN (SELECT {key} FROM {_q(name)})"
             return Committed(written=_insert(cur, name, columns, rows, where=not_held))
-        written = _insert(cur, name, columns, rows, replace_key=id_name)
+        written = _upsert(cur, name, columns, rows, key)
         deleted = _remove(cur, name, id_name, change.deleted, mark=change.mark) if len(
             change.deleted
         ) else 0
@@ -203,7 +213,7 @@ class DuckdbDestination:
 
 def connect(path: str) -> Any:
     """A connection to the database file at `path` (created, with its folder, if missing);
-    timestamps are read back in UTC; memory bounded (`MEMORY_LIMIT`). Fails as a
+    timestamps are read back in UTC; memory bounded (`MEMORY_LIMIT`, `THREADS`). Fails as a
     DestinationError (another process holding the file, a folder that cannot be made), or a
     MissingExtra naming ``[duckdb]``."""
     duckdb = require("duckdb", _FEATURE)
@@ -213,6 +223,7 @@ def connect(path: str) -> Any:
         con.execute("SET TimeZone = 'UTC'")
         con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
         con.execute("SET preserve_insertion_order = false")  # rows have no order to keep
+        con.execute(f"SET threads = {THREADS}")
     except OSError as exc:
         raise DestinationError(f"duckdb:{path}: cannot create the folder ({exc.strerror})") from None
     except duckdb.Error as exc:
@@ -246,7 +257,7 @@ def _read(
     relation = cur.sql(f"SELECT {', '.join(map(_q, wanted))} FROM {_q(name)}{where}", params=parameters or None)
     # duckdb 2 names it to_arrow_reader; 1.x fetch_arrow_reader
     reader = getattr(relation, "to_arrow_reader", None) or relation.fetch_arrow_reader
-    yield from reader(CHUNK_ROWS)
+    yield from reader(READ_ROWS)
 
 
 def _column_types(target: Target, *, marks: bool) -> dict[str, str]:
@@ -278,31 +289,64 @@ def _replace(cur: Any, name: str, columns: dict[str, str], batches: Iterable[pa.
 
 
 def _insert(
-    cur: Any,
-    name: str,
-    columns: list[str],
-    batches: Iterable[pa.RecordBatch],
-    *,
-    where: str = "",
-    replace_key: str | None = None,
+    cur: Any, name: str, columns: list[str], batches: Iterable[pa.RecordBatch], *, where: str = ""
 ) -> int:
-    """Insert the batches a chunk at a time, each one registered Arrow table and one
-    ``INSERT ... SELECT``. With `replace_key`, rows holding a chunk's ids are deleted first.
-    Returns the rows inserted."""
-    view = f"_connector_chunk_{secrets.token_hex(6)}"
+    """Insert the batches (only `columns`) with one ``INSERT ... SELECT`` reading them as an
+    Arrow stream (`where` filters them); the rows inserted. A failure while producing them
+    (a read upstream) is raised as itself, not as DuckDB's error about the stream."""
+    feed = _Feed(b.select(columns) for b in batches if b.num_rows)
+    pulled = iter(feed)
+    first = next(pulled, None)
+    if first is None:
+        return 0
+    view = f"_connector_rows_{secrets.token_hex(6)}"
     names = ", ".join(map(_q, columns))
-    insert = f"INSERT INTO {_q(name)} ({names}) SELECT {names} FROM {_q(view)} {where}"
-    rows = 0
-    for chunk in _chunks(batches, columns):
-        cur.register(view, chunk)
-        try:
-            if replace_key is not None:
-                key = _q(replace_key)
-                cur.execute(f"DELETE FROM {_q(name)} WHERE {key} IN (SELECT {key} FROM {_q(view)})")
-            rows += _count(cur.execute(insert))
-        finally:
-            cur.unregister(view)
+    stream = pa.RecordBatchReader.from_batches(first.schema, itertools.chain([first], pulled))
+    cur.register(view, stream)  # gone with the cursor when the transaction fails
+    try:
+        rows = _count(cur.execute(
+            f"INSERT INTO {_q(name)} ({names}) SELECT {names} FROM {_q(view)} {where}"
+        ))
+    except Exception:
+        feed.reraise()
+        raise
+    cur.unregister(view)
     return rows
+
+
+def _upsert(cur: Any, name: str, columns: list[str], batches: Iterable[pa.RecordBatch], key: str) -> int:
+    """Replace the held rows whose ids come again by the new ones, and add the rest: staged in a
+    table of their own first (one pass over the stream, then one delete and one insert)."""
+    staging = f"_connector_staging_{secrets.token_hex(6)}"
+    cur.execute(f"CREATE TABLE {_q(staging)} AS SELECT {', '.join(map(_q, columns))} FROM {_q(name)} LIMIT 0")
+    rows = _insert(cur, staging, columns, batches)
+    if rows:
+        names = ", ".join(map(_q, columns))
+        cur.execute(f"DELETE FROM {_q(name)} WHERE {key} IN (SELECT {key} FROM {_q(staging)})")
+        _count(cur.execute(f"INSERT INTO {_q(name)} ({names}) SELECT {names} FROM {_q(staging)}"))
+    cur.execute(f"DROP TABLE {_q(staging)}")
+    return rows
+
+
+class _Feed:
+    """Batches DuckDB pulls through an Arrow stream (on a thread of its own). An exception
+    raised producing them reaches DuckDB only as the stream's error text; it is kept here so
+    the writer can raise it as it was (a failed read upstream, a stop)."""
+
+    def __init__(self, batches: Iterable[pa.RecordBatch]) -> None:
+        self._batches = iter(batches)
+        self.error: BaseException | None = None
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        try:
+            yield from self._batches
+        except BaseException as exc:
+            self.error = exc
+            raise
+
+    def reraise(self) -> None:
+        if self.error is not None:
+            raise self.error from None
 
 
 def _remove(cur: Any, name: str, id_name: str, ids: pa.Array, *, mark: bool) -> int:
@@ -321,22 +365,6 @@ def _remove(cur: Any, name: str, id_name: str, ids: pa.Array, *, mark: bool) -> 
         return _count(cur.execute(f"DELETE FROM {_q(name)} WHERE {chosen}"))
     finally:
         cur.unregister(view)
-
-
-def _chunks(batches: Iterable[pa.RecordBatch], columns: list[str]) -> Iterator[pa.Table]:
-    """The batches gathered into tables of about `CHUNK_ROWS` rows (only `columns`)."""
-    held: list[pa.RecordBatch] = []
-    count = 0
-    for batch in batches:
-        if not batch.num_rows:
-            continue
-        held.append(batch.select(columns))
-        count += batch.num_rows
-        if count >= CHUNK_ROWS:
-            yield pa.Table.from_batches(held)
-            held, count = [], 0
-    if held:
-        yield pa.Table.from_batches(held)
 
 
 def _count(result: Any) -> int:

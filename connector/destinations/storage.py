@@ -13,7 +13,9 @@ a job file never carries them, and `check_location` refuses one that tries.
 Objects appear whole or not at all: a file is written locally with the atomic writer, then
 uploaded in one put (`ObjectStore.put`). A single PUT that does not finish never becomes an
 object, and neither does a multipart upload that is never completed (large files), so a
-killed upload leaves the previous object as it was.
+killed upload leaves the previous object as it was. Uploads read the file a part at a time
+(`PART_BYTES`): s3fs's default reads a file under 100 MiB whole into memory for one PUT
+(+127 MB of peak RSS exporting 1,000,000 rows to S3).
 
 Every request to object storage is bounded (the destination's ``timeout``, by default
 `connector.destinations.registry.DEFAULT_TIMEOUT`) and tried a few times (s3fs: 5), so a
@@ -37,6 +39,7 @@ from connector.errors import ConfigError, ConnectorError, DestinationError
 from connector.extras import require
 
 __all__ = [
+    "PART_BYTES",
     "SCHEMES",
     "LocalStore",
     "ObjectStore",
@@ -57,6 +60,15 @@ SCHEMES: dict[str, str] = {
     "abfss": "adlfs",
 }
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+#: Bytes of a file an upload holds at a time: a file larger than this goes up in parts of
+#: this size, one after the other (S3's smallest part is 5 MiB; GCS's chunks are multiples of
+#: 256 KiB). Azure's SDK already uploads in blocks of its own.
+PART_BYTES = 8 * 2**20
+#: Each implementation's own words for that.
+_UPLOADS: dict[str, dict[str, int]] = {
+    "s3fs": {"chunksize": PART_BYTES, "max_concurrency": 1},
+    "gcsfs": {"chunksize": PART_BYTES},
+}
 
 
 def is_remote(location: str) -> bool:
@@ -241,7 +253,7 @@ class ObjectStore:
     def put(self, local: Path, name: str) -> None:
         """Upload `local` as the object `name`, replacing it only once the upload is complete."""
         with self.failures("writing", self.url_of(name)):
-            self.fs.put_file(str(local), self._key(name))
+            self.fs.put_file(str(local), self._key(name), **_UPLOADS.get(SCHEMES[self.scheme], {}))
             self.fs.invalidate_cache(self._key(name))
 
     def _key(self, name: str) -> str:

@@ -28,15 +28,16 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connector.arrays import concat_ids, no_ids, string_array
+from connector.arrays import arrow_mask, concat_ids, no_ids
 from connector.destinations import Committed, TableChange, Target
 from connector.destinations.base import fits
 from connector.destinations.evolve import SchemaOp, columns_of, describe, diff
 from connector.errors import ApiValidationError, BadRequest
-from connector.ids import IdSet
+from connector.ids import IdSet, hash_ids
 from connector.jobs.choose import Filter
 from connector.jobs.context import RunContext
 from connector.jobs.deletions import deleted_ids
@@ -277,20 +278,33 @@ class TableSync:
         self, window: pa.Table | None, destination: Any, previous: TableState | None
     ) -> pa.Array:
         """The window's rows `destination` holds as they are (same id, same ``updated_at``):
-        read again, but neither rewritten nor counted."""
+        read again, but neither rewritten nor counted.
+
+        Held rows are kept as (id hash, stamp) pairs in two sorted arrays, 16 bytes a row:
+        as a dict of Python strings a window of 1,000,000 rows peaked at 617 MB."""
         if window is None or previous is None or previous.cursor is None:
             return no_ids()
         since = lower_bound(previous.cursor, previous.settled, self.job.lookback)
-        held: dict[str, int] = {}
+        hashes, stamps = [], []
         columns = [self.target.id_name, self.target.updated_name]
         for batch in destination.scan(self.target, columns, updated_after=parse(since)):
             if batch.num_columns < 2:
                 return no_ids()
-            stamps = batch.column(1).cast(pa.int64()).to_pylist()
-            held.update(zip(batch.column(0).to_pylist(), stamps, strict=True))
-        ids = window.column("id").to_pylist()
-        stamps = window.column("stamp").to_pylist()
-        return string_array([i for i, s in zip(ids, stamps, strict=True) if held.get(i) == s])
+            hashes.append(hash_ids(batch.column(0)))
+            stamps.append(_micros(batch.column(1)))
+        if not hashes:
+            return no_ids()
+        held, held_stamps = np.concatenate(hashes), np.concatenate(stamps)
+        del hashes, stamps
+        order = np.argsort(held, kind="stable")
+        held, held_stamps = held[order], held_stamps[order]
+        del order
+        ids = window.column("id").combine_chunks()
+        wanted = hash_ids(ids)
+        at = np.searchsorted(held, wanted)
+        at[at == len(held)] = 0
+        same = (held[at] == wanted) & (held_stamps[at] == window.column("stamp").to_numpy())
+        return ids.filter(arrow_mask(same))
 
     def _verify(self, ops: tuple[SchemaOp, ...], changes: tuple[str, ...]) -> TableResult:
         """Read every row, compare each merging destination row by row, write the difference."""
@@ -392,6 +406,18 @@ def fingerprint(table: Table, filter: Mapping[str, Any]) -> str:
     columns = [(c.name, c.type, c.options) for c in table.columns]
     raw = json.dumps([table.name, columns, filter], sort_keys=True, default=str)
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+#: A held row without ``updated_at`` (never equal to a stamp read).
+_NO_STAMP = np.iinfo(np.int64).min
+
+
+def _micros(stamps: pa.Array | pa.ChunkedArray) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """UTC microseconds of `stamps` as numpy (a missing one `_NO_STAMP`)."""
+    micros: np.ndarray[Any, np.dtype[np.int64]] = pc.fill_null(
+        stamps.cast(pa.int64()), _NO_STAMP
+    ).to_numpy()
+    return micros
 
 
 class _Tap:

@@ -13,12 +13,14 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner, Result
 from deltalake import DeltaTable
 
 from connector.cli import main
 from connector.destinations import Committed, DestinationConfig
+from connector.destinations.formats import ROW_GROUP_ROWS
 from connector.errors import DestinationError
 from tests.destinations.helpers import apply, config
 from tests.destinations.samples import ROWS, batch, batches, numbered
@@ -196,6 +198,24 @@ def test_every_type_survives(tmp_path: Path) -> None:
     apply(delta(lake), [batch(ROWS)])
     back = DeltaTable(f"{lake}/orders").to_pyarrow_table().to_pylist()
     assert back == ROWS  # choices come back as their text, timestamps as UTC
+
+
+def test_data_files_have_our_row_groups_compressed(tmp_path: Path) -> None:
+    """deltalake holds a row group's pages until it is full (its default: 1M rows, a whole
+    table held): the files it writes for us, by a replace and by a merge, have row groups of
+    at most `ROW_GROUP_ROWS` and stay compressed."""
+    lake = str(tmp_path / "lake")
+    apply(delta(lake), batches(numbered(2 * ROW_GROUP_ROWS + 10), size=1000))
+    more = numbered(ROW_GROUP_ROWS + 10, start=2 * ROW_GROUP_ROWS, name="new")  # 10 held ids
+    apply(delta(lake, "merge"), batches(more, size=1000))
+    table = DeltaTable(f"{lake}/orders")
+    assert table.version() == 1 and len(rows_of(f"{lake}/orders", None)) == 3 * ROW_GROUP_ROWS + 10
+    files = table.file_uris()
+    assert files
+    for uri in files:
+        meta = pq.ParquetFile(uri.removeprefix("file://")).metadata
+        assert max(meta.row_group(g).num_rows for g in range(meta.num_row_groups)) <= ROW_GROUP_ROWS
+        assert {meta.row_group(0).column(c).compression for c in range(meta.num_columns)} == {"SNAPPY"}
 
 
 class Boom(Exception):

@@ -23,7 +23,6 @@ from click.testing import CliRunner, Result
 
 from connector.cli import main
 from connector.destinations import Committed, open_destination
-from connector.destinations.duckdb import CHUNK_ROWS
 from connector.destinations.evolve import AddColumn
 from connector.errors import ConfigError, DestinationError
 from connector.modes import WriteMode
@@ -156,11 +155,12 @@ def test_merge_marks_deleted_rows_and_a_row_that_comes_back_is_unmarked(db: str)
 
 
 def test_a_failed_write_leaves_the_previous_table_in_every_mode(db: str) -> None:
-    """Past the first chunk (`CHUNK_ROWS`): rows of the open transaction were inserted."""
+    """Past DuckDB's row group (122,880 rows, written into the file before the commit): rows
+    of the open transaction were inserted."""
     write(db, ROWS)
 
     def failing() -> Iterator[pa.RecordBatch]:
-        yield from batches(numbered(CHUNK_ROWS + 5_000, name="new"), size=10_000)
+        yield from batches(numbered(130_000, name="new"), size=10_000)
         raise RuntimeError("the read broke")
 
     for mode in ("replace", "append", "merge"):

@@ -6,6 +6,7 @@ whole or not at all: a process killed while its upload is half sent leaves the o
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import sys
@@ -23,7 +24,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from connector.cli import main
-from connector.destinations.storage import check_location
+from connector.destinations.storage import PART_BYTES, ObjectStore, check_location
 from connector.errors import ConfigError
 from tests.destinations.samples import kill_when
 from tests.destinations.test_cli import EXPECTED, FIELDS, SPEC
@@ -146,6 +147,22 @@ def test_without_s3fs_the_error_names_the_extra(orders: tuple[RunningServer, str
     assert done.returncode == 2, done.stderr
     assert "pip install 'table-data-connector[s3]'" in done.stderr + done.stdout
     assert s3.objects() == []
+
+
+def test_a_large_object_goes_up_in_parts_and_arrives_whole(s3: S3Bucket, tmp_path: Path) -> None:
+    """Past `PART_BYTES` a file is uploaded a part at a time (memory holds a part, not the
+    file); S3 names a multipart object's ETag ``"<digest>-<parts>"``."""
+    data = random.Random(7).randbytes(2 * PART_BYTES + 12_345)
+    local = tmp_path / "big.bin"
+    local.write_bytes(data)
+    store = ObjectStore(s3.url("big"))
+    try:
+        store.put(local, "big.bin")
+    finally:
+        store.close()
+    assert s3.get("big/big.bin") == data
+    head = s3.server.client().head_object(Bucket=s3.name, Key="big/big.bin")
+    assert head["ETag"].strip('"').endswith("-3")
 
 
 def _environ() -> dict[str, str]:
