@@ -82,8 +82,12 @@ def drive(
         if summary.status == "interrupted":
             if events is None:  # an event stream ends with the stop's own event
                 click.echo(summary.error, err=True)
-        elif summary.error and events is None:  # the line text output shows
+        elif summary.error and events is None:  # the lines text output shows
             click.secho(f"error: {summary.error}", fg="red", err=True)
+            for push in summary.pushes:  # each problem of a refused source on its own line
+                if push.error == summary.error and not push.rejected:
+                    for problem in push.problems:
+                        click.echo(f"  {problem}", err=True)
     else:
         text(summary)  # its error, if any, in the command's own words
         if summary.status == "interrupted":

@@ -67,6 +67,15 @@ ELSEWHERE: dict[str, str] = {
         "tests/push/test_cli.py::test_a_saved_plan_applies_once_and_refuses_when_rows_changed",
     "connector apply plan.json":
         "tests/push/test_cli.py::test_a_saved_plan_applies_once_and_refuses_when_rows_changed",
+    # a warehouse the reader has: the same pushes from SQLite, PostgreSQL and DuckDB
+    "connector push --db sqlite:///shop.db --sql SELECT sku AS Sku, qty AS Qty FROM stock "
+    "--table Stock --key Sku --dry-run":
+        "tests/push/test_queries.py::test_push_from_a_sqlite_query_then_again_changes_nothing",
+    "connector push --db postgresql://analyst@warehouse/prod --sql SELECT ... FROM churn_scores "
+    "--table Accounts --key Email": "tests/push/test_queries.py::test_push_from_postgresql",
+    "connector push --db duckdb:///:memory: --sql SELECT * FROM "
+    "read_parquet('s3://lake/scores/*.parquet') --table Scores --key Id":
+        "tests/push/test_queries.py::test_push_from_duckdb_a_file_and_parquet_it_reads_itself",
     # a real workspace: the quickstart runs the same lines with the reference server's values
     "export CONNECTOR_BASE_URL=https://<your-workspace-host>/v1":
         "tests/test_readme.py::test_the_readme_runs_as_written",
@@ -108,7 +117,7 @@ class Command:
         """Its words, without comments or quotes: the same however it is spaced."""
         if self.lang == "python":
             return "python: " + self.text.strip().splitlines()[0]
-        return " ".join(shlex.split(self.text, comments=True))
+        return " ".join(shlex.split(self.text.replace("\\\n", " "), comments=True))
 
 
 def _blocks() -> Iterator[tuple[str, str, int, str]]:
