@@ -3,9 +3,8 @@ servers over real HTTP: every value compared with the server's, the key ranges r
 parallel, a 429-producing server, a request budget, rows changing during the read, and the
 errors of bad options.
 
-One Spark session serves the module on each xdist worker that runs its tests (a JVM takes
-seconds to start; `xdist_group` asks for one worker, which pytest 9 with xdist 3.8 does not
-honour yet); the servers are started before it, because Spark's Python workers take their
+One Spark session serves the module, on one xdist worker (`xdist_group`: a JVM takes seconds
+to start; pytest is pinned below 9.2, whose node ids drop the group, pytest-dev/pytest-xdist#1386); the servers are started before it, because Spark's Python workers take their
 environment (the keys) from the JVM's, fixed when it starts. Requests are observed
 through `Recorder`, a forwarding proxy on 127.0.0.1 in front of a real server.
 """

@@ -21,6 +21,7 @@ from connector.api.concurrency import (
     MAX_CONCURRENCY,
     ConcurrencyLimit,
 )
+from connector.api.retry import RetryPolicy
 from connector.errors import ConfigError
 from connector.extract import Extraction
 from tests.fixtures.server import RunningServer, ServerFactory
@@ -201,7 +202,8 @@ def test_the_cap_bounds_the_requests_in_flight(server_factory: ServerFactory) ->
 
 def test_server_errors_bring_the_level_down(server_factory: ServerFactory) -> None:
     server, table_id = slow_table(server_factory, fault_control=True)
-    with Client(server.base_url, server.api_key, max_concurrency=32) as client:
+    quick = RetryPolicy(initial_backoff=0.05, max_backoff=0.2)  # the level is the point, not the waits
+    with Client(server.base_url, server.api_key, max_concurrency=32, retry=quick) as client:
         table = client.get_table(table_id)
         sum(b.num_rows for b in Extraction(client, table, page_size=50))
         grown = client.concurrency.level
