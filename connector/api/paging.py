@@ -60,7 +60,7 @@ from itertools import chain, compress
 from operator import itemgetter
 from typing import Any, TypeAlias
 
-from connector.api.client import AsyncClient
+from connector.api.core import AsyncClient
 from connector.errors import ApiValidationError, BadRequest, ExtractionError
 from connector.schema import Table
 

@@ -26,7 +26,7 @@ from connector.modes import WRITE_MODES
 from connector.results import RunSummary
 
 if TYPE_CHECKING:
-    from connector.api.client import RequestCounts
+    from connector.api.counts import RequestCounts
     from connector.jobs.config import Job
 
 __all__ = ["export", "load", "sync"]
@@ -125,7 +125,7 @@ def sync(
     """
     from dataclasses import replace
 
-    from connector.api.client import RequestCounts
+    from connector.api.counts import RequestCounts
     from connector.jobs.config import load_job, parse_duration
 
     if lookback is not None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from connector.api import MAX_PAGE_SIZE
-from connector.api.client import FILTER_OPERATORS
+from connector.api.calls import FILTER_OPERATORS
 from connector.api.concurrency import MAX_CONCURRENCY
 from connector.api.retry import check_max_wait
 from connector.destinations.registry import (
