@@ -126,7 +126,8 @@ def sync(
     from dataclasses import replace
 
     from connector.api.counts import RequestCounts
-    from connector.jobs.config import load_job, parse_duration
+    from connector.jobs.config import load_job
+    from connector.jobs.jobfile import parse_duration
 
     if lookback is not None:
         try:
