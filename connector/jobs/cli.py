@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
-from connector.cli import max_concurrency_option
+from connector.cli import base_url_option, max_concurrency_option
 from connector.destinations.registry import export_formats
 from connector.driver import drive, print_json
 from connector.errors import ConfigError, ConnectorError, ExitCode
@@ -259,8 +259,7 @@ def _shared(command: Callable[..., Any]) -> Callable[..., Any]:
                      help="A table name or id (repeat for more). Default: every table."),
         click.option("--page-size", type=click.IntRange(2, MAX_PAGE_SIZE),
                      default=DEFAULT_PAGE_SIZE, show_default=True, help="Rows per API request."),
-        click.option("--base-url", envvar="CONNECTOR_BASE_URL",
-                     help="API base URL ending in /v1 [env CONNECTOR_BASE_URL]."),
+        base_url_option,
         click.option("--max-concurrency", type=int, metavar="N", callback=max_concurrency_option,
                      help="At most N API requests in flight; below it the client adapts to "
                           "how fast the server answers [1 to 64; env "
