@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, AsyncClient, Client
-from connector.api.client import Filter
+from connector.api.calls import Filter
 from connector.api.paging import Cells, ExtractionError, PageReader
 from connector.arrays import bool_array, float_array, string_array
 from connector.errors import CellWarning, ConfigError

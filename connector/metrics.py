@@ -47,7 +47,7 @@ from connector.jobs.state import JobState, load_state
 from connector.results import RunSummary
 
 if TYPE_CHECKING:
-    from connector.api.client import RequestCounts
+    from connector.api.counts import RequestCounts
     from connector.jobs.config import Job
 
 __all__ = ["check_metrics_file", "write_metrics"]

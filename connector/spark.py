@@ -64,11 +64,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Client, RateLimiter
-from connector.api.client import ENV_BASE_URL
 from connector.api.keys import ENV_API_KEY, describe_variable
 from connector.api.models import RowPage
 from connector.api.paging import order_key  # the reader's order: ranges follow it
 from connector.api.ratelimit import Slot
+from connector.api.settings import ENV_BASE_URL
 from connector.arrays import string_array
 from connector.errors import ApiValidationError, BadRequest, ConfigError, ExtractionError, NotFound
 from connector.extract import Extraction

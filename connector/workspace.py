@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 from connector.api import DEFAULT_PAGE_SIZE, Client
-from connector.api.client import Filter
+from connector.api.calls import Filter
 from connector.api.models import TableSummary
 from connector.errors import NotFound, PermissionDenied, SkippedTableWarning
 from connector.extract import Extraction

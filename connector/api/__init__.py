@@ -8,7 +8,8 @@ every read of rows goes through the one page reader, `connector.api.paging.PageR
 
 from __future__ import annotations
 
-from connector.api.client import AsyncClient, Client
+from connector.api.client import Client
+from connector.api.core import AsyncClient
 from connector.api.limits import DEFAULT_PAGE_SIZE, MAX_BULK_ROWS, MAX_PAGE_SIZE
 from connector.api.ratelimit import RateLimiter
 from connector.api.retry import RetryPolicy

@@ -25,6 +25,7 @@ __all__ = [
     "RedactingFilter",
     "check_key",
     "describe_variable",
+    "is_variable_name",
     "key_problem",
     "looks_like_key",
     "redact",
@@ -105,10 +106,16 @@ def looks_like_key(value: str) -> bool:
     return (has_lower and has_upper) or (has_lower and digits >= 4) or digits >= 8
 
 
+def is_variable_name(value: str) -> bool:
+    """Whether `value` can be the NAME of an environment variable: a value that looks like
+    a key is not, since it may be the very key pasted where the name belongs."""
+    return _ENV_NAME.fullmatch(value) is not None and not looks_like_key(value)
+
+
 def describe_variable(name: str) -> str:
     """`name` as a message may show it: the name of an environment variable as is; a value
     that cannot be one and looks like a key (pasted where the NAME belongs) is withheld."""
-    if _ENV_NAME.fullmatch(name) and not looks_like_key(name):
+    if is_variable_name(name):
         return name
     if looks_like_key(name) or name in _known():
         return "(a value that looks like a key, not a variable name; not shown)"

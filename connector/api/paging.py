@@ -57,10 +57,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from itertools import chain, compress
-from operator import itemgetter
-from typing import Any, TypeAlias
+from typing import Any
 
-from connector.api.client import AsyncClient
+from connector.api.core import AsyncClient
+from connector.api.pages import AHEAD, Cells, Page, Plan, split_rows
 from connector.errors import ApiValidationError, BadRequest, ExtractionError
 from connector.schema import Table
 
@@ -78,8 +78,6 @@ __all__ = [
     "split_rows",
 ]
 
-#: Finished pages that may wait for an earlier, slower one, per request in flight.
-AHEAD = 4
 #: Seconds of pages at the rate limiter's pace that may wait for an earlier one (a 429's
 #: Retry-After is usually a second; the server's bucket keeps no more for a read that stalls).
 PACED_AHEAD = 1.5
@@ -97,12 +95,6 @@ ORDER_KEYS = ("created_at", "id", "updated_at")
 #: Which of a page's cell columns (id, created_at, updated_at first) holds each order key.
 _KEY_CELLS = {"id": 0, "created_at": 1, "updated_at": 2}
 
-#: A page's cells column by column (id, created_at, updated_at, then the selected columns):
-#: plain values in a few lists, so the API's row objects die young and the GC stays cheap.
-Cells: TypeAlias = list[list[Any]]
-
-_SYSTEM_KEYS = itemgetter("id", "created_at", "updated_at")
-_FIELDS_KEY = itemgetter("fields")
 
 
 def order_key(table: Table) -> str | None:
@@ -121,16 +113,6 @@ def _ascending(values: list[Any]) -> bool:
         return sorted(values) == values  # linear on sorted input, and in C
     except TypeError:  # a missing (None) key: the order cannot be checked, so it is not trusted
         return False
-
-
-@dataclass(frozen=True)
-class _Page:
-    """A page's cells, column by column, and its row ids."""
-
-    ids: list[str]
-    cells: Cells
-    limit: int
-    total: int | None
 
 
 @dataclass(frozen=True)
@@ -188,111 +170,6 @@ class _Took(Enum):
     BEHIND = "behind"  # its rows after the read's place were all emitted already: dropped
     MISSED = "missed"  # no row emitted lately is in it: a shift opened a gap before it
     DONE = "done"  # it continued the read to the end of the table
-
-
-def _finished(task: asyncio.Task[_Page]) -> _Page | None:
-    """The page a task fetched, or None while it runs (or if it failed: raised when taken)."""
-    if not task.done() or task.cancelled() or task.exception() is not None:
-        return None
-    return task.result()
-
-
-class _Plan:
-    """The pages of one pass fetched ahead and not yet taken, in offset order.
-
-    Each page's successor starts at its own offset plus its own applied limit less the
-    overlap, so the next page holds the last row of the one before. Pages still running are
-    assumed to apply `stride`, the applied limit of the latest page finished: where every
-    page applies the same limit, the offsets are those of plain stepping. A finished page
-    whose applied limit came out smaller leaves a hole before the page planned after it; the
-    hole is fetched before any page further on (and may itself leave one).
-    """
-
-    def __init__(
-        self,
-        reader: PageReader,
-        filter: Mapping[str, Mapping[str, Any]],
-        ask: int,
-        limit: int,
-        total: int | None,
-    ) -> None:
-        self._reader = reader
-        self._filter = filter
-        self._ask = ask
-        self.stride = limit
-        self.overlap = 1
-        self._end = total if total is not None else 0  # a hint, never trusted
-        self.pending: deque[tuple[int, asyncio.Task[_Page]]] = deque()
-        #: The page taken last and its offset: where the page after it must start.
-        self._taken: tuple[int, _Page] | None = None
-
-    def _launch(self, index: int, offset: int) -> None:
-        task = asyncio.create_task(self._reader._fetch(self._filter, offset, self._ask))
-        self.pending.insert(index, (offset, task))
-
-    def _step(self, limit: int) -> int:
-        return max(1, limit - self.overlap)
-
-    def schedule(self) -> None:
-        """Starts holes first, then pages past the last planned, while fewer than
-        `concurrency` run (finished pages may wait for an earlier one, up to `AHEAD` per
-        request in flight: one stalled by a Retry-After)."""
-        concurrency = self._reader.window()
-        finished = [_finished(task) for _, task in self.pending]
-        for page in finished:
-            if page is not None:
-                self.stride = page.limit
-        running = sum(not task.done() for _, task in self.pending)
-        holes = [
-            (offset, page)
-            for (offset, _), page, (following, _) in zip(
-                self.pending, finished, list(self.pending)[1:], strict=False
-            )
-            if page is not None
-            and len(page.ids) >= page.limit
-            and following > offset + page.limit - 1  # the next page misses this one's last row
-        ]
-        for offset, page in holes:
-            if running >= concurrency:
-                break
-            index = next(i for i, (o, _) in enumerate(self.pending) if o == offset) + 1
-            self._launch(index, offset + self._step(page.limit))
-            running += 1
-        ahead = max(AHEAD * concurrency, self._reader.paced_ahead())
-        while running < concurrency and len(self.pending) < ahead:
-            after = self._next()
-            if after is None or (self.pending and after >= self._end):
-                break
-            self._launch(len(self.pending), after)
-            running += 1
-
-    def _next(self) -> int | None:
-        """Where the page after the last planned starts; None past a short page (the end)."""
-        if not self.pending:
-            assert self._taken is not None  # the first page is taken before anything is planned
-            offset, taken = self._taken
-            return offset + self._step(taken.limit)
-        offset, task = self.pending[-1]
-        page = _finished(task)
-        if page is None:
-            return offset + self._step(self.stride)
-        if len(page.ids) < page.limit:
-            return None
-        return offset + self._step(page.limit)
-
-    def taken(self, offset: int, page: _Page) -> None:
-        """`page`, read at `offset`, was taken: the next page must hold its last row. One
-        planned further on (the page came back with a smaller limit than planned, before
-        `schedule` saw it finish) leaves a hole, fetched first."""
-        self._taken = offset, page
-        if self.pending and self.pending[0][0] > offset + page.limit - 1:
-            self._launch(0, offset + self._step(page.limit))
-
-    async def cancel(self) -> None:
-        for _, task in self.pending:
-            task.cancel()
-        if self.pending:
-            await asyncio.gather(*(task for _, task in self.pending), return_exceptions=True)
 
 
 class PageReader:
@@ -372,9 +249,9 @@ class PageReader:
                 f"table {self._table.name!r} changed faster than it could be read; try again"
             )
 
-    async def _fetch(
+    async def fetch(
         self, filter: Mapping[str, Mapping[str, Any]], offset: int, limit: int
-    ) -> _Page:
+    ) -> Page:
         key = self._key
         page = await self._client.list_rows(
             self._table.id,
@@ -391,7 +268,7 @@ class PageReader:
         cells = split_rows(rows, self._names)
         if not (key is None or _ascending(cells[_KEY_CELLS[key]])):
             raise _Unordered
-        return _Page(
+        return Page(
             ids=cells[0],
             cells=cells,
             limit=page.limit,
@@ -405,16 +282,16 @@ class PageReader:
         starts at its own offset plus its own applied limit less the overlap. Pages ahead are
         fetched at offsets predicted from the latest applied limit; when a page comes back
         with a smaller one (a server cutting a page by size), the gap after it is a hole,
-        fetched first (`_plan`). A page that does not continue the read is repaired on the
+        fetched first (`connector.api.pages.Plan`). A page that does not continue the read is repaired on the
         spot (`_repair`) while the pages after it go on loading; the overlap then grows, up to
         half a page, so a table under steady change needs few repairs.
         """
         ask = max(2, self._page_size)  # one row cannot overlap: ask for two at least
-        first = await self._fetch(filter, 0, ask)
+        first = await self.fetch(filter, 0, ask)
         await self._emit_from(first, 0, 0)
         if len(first.ids) < first.limit:
             return None
-        plan = _Plan(self, filter, ask, first.limit, first.total)
+        plan = Plan(self, filter, ask, first.limit, first.total)
         plan.taken(0, first)
         try:
             while True:
@@ -441,7 +318,7 @@ class PageReader:
         finally:
             await plan.cancel()
 
-    async def _take(self, page: _Page, offset: int) -> _Took:
+    async def _take(self, page: Page, offset: int) -> _Took:
         """Emits what `page` (read at `offset`) adds after the row emitted last of those in it."""
         at = self._recent.anchor(page.ids)
         if at is None:
@@ -460,7 +337,7 @@ class PageReader:
         return _Took.BEHIND
 
     async def _repair(
-        self, filter: Mapping[str, Mapping[str, Any]], ask: int, stride: int, page: _Page, offset: int
+        self, filter: Mapping[str, Mapping[str, Any]], ask: int, stride: int, page: Page, offset: int
     ) -> _Took | _Edge:
         """Fills the gap a shift opened before `page`: windows around where the last row was
         read, stepping back until one holds a row emitted lately, then forward until `page`
@@ -471,7 +348,7 @@ class PageReader:
         start = max(0, self._place + 1 - stride // 2)
         back = 0
         while True:
-            window = await self._fetch(filter, start, ask)
+            window = await self.fetch(filter, start, ask)
             at = self._recent.anchor(window.ids)
             if at is None:
                 if start == 0 or back >= MAX_SEARCH_WINDOWS:
@@ -502,7 +379,7 @@ class PageReader:
                 # The window ended before the row emitted last: on from its last row.
                 start += max(1, window.limit - 1)
 
-    async def _emit_from(self, page: _Page, start: int, offset: int) -> int:
+    async def _emit_from(self, page: Page, start: int, offset: int) -> int:
         """Emits the page's rows from index `start` on that were not emitted before.
 
         Returns how many rows the read moved past: rows not emitted lately (in the server's
@@ -556,7 +433,7 @@ class PageReader:
                 probes = [self._after_id_filter(edge)]
             if self._by_key:
                 try:
-                    await asyncio.gather(*(self._fetch(probe, 0, 1) for probe in probes))
+                    await asyncio.gather(*(self.fetch(probe, 0, 1) for probe in probes))
                 except (BadRequest, ApiValidationError):
                     self._by_key = False
         return self._by_key and (self._key == "id" or edge.created_at is not None)
@@ -580,31 +457,3 @@ class PageReader:
         if "eq" in self._filter.get("created_at", {}):
             return None  # every matching row has the same timestamp: the ties were all of them
         return await self._pass(self._after_filter(edge))
-
-
-def split_rows(rows: Sequence[Mapping[str, Any]], names: Sequence[str]) -> Cells:
-    """Rows as the API sent them (the client checked each has an ``id``), by column: ids,
-    created_at, updated_at, then the user columns `names`.
-
-    Transposed in C (itemgetter, zip) when every row has every key, as servers that send
-    whole rows do; key by key otherwise.
-    """
-    if not rows:
-        return [[] for _ in range(3 + len(names))]
-    try:
-        system = list(zip(*map(_SYSTEM_KEYS, rows), strict=True))
-        fields = list(map(_FIELDS_KEY, rows))
-        values: Cells = []
-        if len(names) == 1:
-            values = [list(map(itemgetter(names[0]), fields))]
-        elif names:
-            values = [list(c) for c in zip(*map(itemgetter(*names), fields), strict=True)]
-        return [list(column) for column in system] + values
-    except (KeyError, TypeError):
-        fields = [r.get("fields") or {} for r in rows]
-        return [
-            [r["id"] for r in rows],
-            [r.get("created_at") for r in rows],
-            [r.get("updated_at") for r in rows],
-            *([f.get(name) for f in fields] for name in names),
-        ]

@@ -4,6 +4,7 @@
     flags --one_shot_job--> Job --run_job--> RunSummary     (`connector export`, `load`)
 
     config      job files -> frozen objects        run        run_job: lock, state, pushes
+    jobfile     typed reads of a job file's TOML   pushes     [[push]]: what goes where
     choose      which tables, their filters        schedule   tables on threads, stops
     context     what a run's tables share          table      one table: read, delete, write
     reads       reads through the one page reader  deletions  which rows go, never a live one

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
-from connector.cli import max_concurrency_option
+from connector.cli import base_url_option, max_concurrency_option
 from connector.destinations.registry import export_formats
 from connector.driver import drive, print_json
 from connector.errors import ConfigError, ConnectorError, ExitCode
@@ -26,7 +26,7 @@ from connector.modes import WRITE_MODES
 from connector.results import RunSummary
 
 if TYPE_CHECKING:
-    from connector.api.client import RequestCounts
+    from connector.api.counts import RequestCounts
     from connector.jobs.config import Job
 
 __all__ = ["export", "load", "sync"]
@@ -125,8 +125,9 @@ def sync(
     """
     from dataclasses import replace
 
-    from connector.api.client import RequestCounts
-    from connector.jobs.config import load_job, parse_duration
+    from connector.api.counts import RequestCounts
+    from connector.jobs.config import load_job
+    from connector.jobs.jobfile import parse_duration
 
     if lookback is not None:
         try:
@@ -258,8 +259,7 @@ def _shared(command: Callable[..., Any]) -> Callable[..., Any]:
                      help="A table name or id (repeat for more). Default: every table."),
         click.option("--page-size", type=click.IntRange(2, MAX_PAGE_SIZE),
                      default=DEFAULT_PAGE_SIZE, show_default=True, help="Rows per API request."),
-        click.option("--base-url", envvar="CONNECTOR_BASE_URL",
-                     help="API base URL ending in /v1 [env CONNECTOR_BASE_URL]."),
+        base_url_option,
         click.option("--max-concurrency", type=int, metavar="N", callback=max_concurrency_option,
                      help="At most N API requests in flight; below it the client adapts to "
                           "how fast the server answers [1 to 64; env "

@@ -45,7 +45,7 @@ from typing import Any
 import httpx
 
 from connector.api import Client
-from connector.api.client import RequestCounts
+from connector.api.counts import RequestCounts
 from connector.api.retry import RetryEvent
 from connector.destinations import Destination, open_destination
 from connector.errors import ConfigError, ConnectorError

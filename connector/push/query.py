@@ -26,7 +26,8 @@ import pandas as pd
 from connector.destinations.storage import SCHEMES, filesystem
 from connector.errors import ConfigError
 from connector.extras import require
-from connector.push.source import Query, Sheet, Source, arrow_frame
+from connector.push.sheet import Sheet, Source, arrow_frame
+from connector.push.source import Query
 
 __all__ = ["check_url", "open_query", "safe_url"]
 

@@ -164,7 +164,7 @@ def test_formulas_are_read_as_their_saved_values_and_never_as_empty(tmp_path: Pa
 
 
 def test_a_workbook_without_formulas_is_read_once(tmp_path: Path) -> None:
-    from connector.push.source import _FORMULA_TAG, _sheets_hold
+    from connector.push.excel import _FORMULA_TAG, _sheets_hold
 
     book = openpyxl.Workbook()
     sheet = book.active

@@ -1,0 +1,153 @@
+"""A job's pushes (``[[push]]``): which spreadsheet, folder, object or query goes into
+which table, matched by which key; checked when the job file is read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from connector.errors import ConfigError
+from connector.jobs.jobfile import JobFile, Section, kind
+from connector.modes import MERGED_CELLS, PUSH_MODES, PUSH_SUFFIXES, MergedCells, PushMode
+
+__all__ = ["PushSpec", "parse_pushes"]
+
+
+@dataclass(frozen=True)
+class PushSpec:
+    """Push a spreadsheet (a Parquet file or folder, an object storage URL), or the rows a
+    query returns (`db` and `sql`), into a table, matching rows by `key`."""
+
+    #: The file, folder or ``s3://`` URL; None for a query.
+    file: Path | str | None
+    table: str
+    key: tuple[str, ...]
+    mode: PushMode
+    sheet: str | None
+    where: str
+    #: How ambiguous dates in the file are read (``%d/%m/%Y``), as push's ``--date-format``.
+    date_format: str | None = None
+    #: Cell texts that mean an empty cell (push's ``--null-values``); only "" by default.
+    null_values: tuple[str, ...] = ()
+    #: The file came from ``export --format csv --excel-safe`` (push's ``--excel-safe``).
+    excel_safe: bool = False
+    #: An Excel sheet's merged cells: ``refuse`` or ``fill`` (push's ``--merged-cells``).
+    merged_cells: MergedCells = "refuse"
+    #: A database URL and the query whose rows are pushed (push's ``--db`` and ``--sql``).
+    db: str | None = None
+    sql: str | None = None
+
+    @property
+    def source(self) -> str:
+        """What is pushed, as reports name it (a query by its database, no password)."""
+        if self.file is not None:
+            return str(self.file)
+        from connector.push.query import safe_url
+
+        return f"query on {safe_url(self.db or '')}"
+
+
+
+def parse_pushes(job: JobFile, data: Any) -> tuple[PushSpec, ...]:
+    """A job's ``[[push]]`` tables (one or an array), each checked; none: ()."""
+    if data is None:
+        return ()
+    if isinstance(data, dict):
+        data = [data]
+    if not isinstance(data, list):
+        raise job.error("push", f"must be an array of tables ([[push]]), got {kind(data)}")
+    return tuple(_push(job, d, f"push[{i}]") for i, d in enumerate(data))
+
+def _push(job: JobFile, data: Any, where: str) -> PushSpec:
+    section = Section(job, data, where)
+    file = section.string("file")
+    table = section.string("table")
+    key = section.strings("key")
+    mode = section.choice("mode", PUSH_MODES, "upsert")
+    sheet = section.string("sheet")
+    date_format = section.string("date_format")
+    null_values = section.strings("null_values") or ()
+    excel_safe = section.boolean("excel_safe", False)
+    merged_cells = section.choice("merged_cells", MERGED_CELLS, "refuse")
+    db = section.string("db")
+    sql = section.string("sql")
+    section.done()
+    if file is not None and (db is not None or sql is not None):
+        raise job.error(where, "set file (a spreadsheet) or db and sql (a query), not both")
+    if file is None and db is None and sql is None:
+        raise job.error(f"{where}.file", "missing: the spreadsheet to push (or db and sql)")
+    if table is None:
+        raise job.error(f"{where}.table", "missing: the table (name or id) to push into")
+    if not key:
+        raise job.error(f"{where}.key", "missing: the column(s) that identify a row")
+    path: Path | str | None = None
+    if file is not None:
+        path = _push_file(job, file, where)
+    else:
+        db = _push_query(job, db, sql, where)
+    excel = isinstance(path, Path) and path.suffix.lower() in (".xlsx", ".xlsm")
+    if sheet is not None and not excel:
+        raise job.error(f"{where}.sheet", "only applies to Excel files")
+    if merged_cells != "refuse" and not excel:
+        raise job.error(f"{where}.merged_cells", "only applies to Excel files")
+    if date_format is not None and "%" not in date_format:
+        raise job.error(
+            f"{where}.date_format", f"must be a strftime format like %d/%m/%Y, got {date_format!r}"
+        )
+    return PushSpec(
+        path, table, key, cast(PushMode, mode), sheet, where, date_format,
+        null_values=null_values, excel_safe=excel_safe,
+        merged_cells=cast(MergedCells, merged_cells), db=db, sql=sql,
+    )
+
+def _push_file(job: JobFile, file: str, where: str) -> Path | str:
+    """A push's file: a spreadsheet or Parquet file, a folder of Parquet files (relative
+    to the job file), or an object storage URL."""
+    from connector.destinations.storage import check_location, is_remote
+
+    if is_remote(file):
+        try:
+            return check_location(file, f"{where}.file")
+        except ConfigError as exc:
+            raise job.error(f"{where}.file", str(exc).removeprefix(f"{where}.file: ")) from None
+    path = job.path(file)
+    if path.is_dir():
+        return path
+    if path.suffix.lower() not in PUSH_SUFFIXES:
+        raise job.error(
+            f"{where}.file", f"must end in one of {', '.join(PUSH_SUFFIXES)} (or be a folder "
+            f"of Parquet files); got {path.name!r}"
+        )
+    if not path.is_file():
+        raise job.error(f"{where}.file", f"no such file: {path}")
+    return path
+
+def _push_query(job: JobFile, db: str | None, sql: str | None, where: str) -> str:
+    """A push's database URL (a relative SQLite or DuckDB file made absolute against the
+    job file's folder), checked with its query; job files hold no password."""
+    if db is None:
+        raise job.error(f"{where}.db", "missing: the database the sql runs on")
+    if sql is None or not sql.strip():
+        raise job.error(f"{where}.sql", "missing: the query whose rows are pushed")
+    from connector.push.query import check_url
+
+    try:
+        check_url(db, f"{where}.db")
+    except ConfigError as exc:
+        raise job.error(f"{where}.db", str(exc).removeprefix(f"{where}.db: ")) from None
+    if db.lower().startswith("duckdb:///"):
+        path = db.removeprefix("duckdb:///")
+        return db if path == ":memory:" else "duckdb:///" + str(job.path(path))
+    import sqlalchemy as sa
+
+    url = sa.engine.make_url(db)
+    if url.password:
+        raise job.error(
+            f"{where}.db", "holds a password: leave it out and let the driver read it from "
+            "the environment (PGPASSWORD, ~/.pgpass); job files hold no secrets"
+        )
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        url = url.set(database=str(job.path(str(url.database))))
+    return url.render_as_string(hide_password=False)
+
