@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
@@ -191,11 +191,24 @@ class LiveRows:
         keep = None
         if self.marks:
             keep = pc.is_null(batch.column(DELETED_AT))
-        if self.updated is not None and self.updated in batch.schema.names:
+        if self.updated is not None and self.after is not None and self.updated in batch.schema.names:
             column = batch.column(self.updated)
-            later = pc.fill_null(pc.greater(column, pa.scalar(self.after, column.type)), False)
+            ticks = column.cast(pa.int64())  # a zone-aware scalar would make pyarrow import pandas
+            later = pc.fill_null(pc.greater(ticks, _ticks(self.after, column.type)), False)
             keep = later if keep is None else pc.and_(keep, later)
         return batch if keep is None else batch.filter(keep)
+
+
+def _ticks(value: datetime, type_: pa.TimestampType) -> int:
+    """`value` as the integer a timestamp of `type_` holds (its unit since the epoch, UTC; a
+    time without a zone taken as UTC)."""
+    stamp = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    micros = (stamp - _EPOCH) // timedelta(microseconds=1)
+    per_second = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[type_.unit]
+    return micros * per_second // 10**6
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def live_rows(held: Iterable[str], target: Target, updated_after: datetime | None) -> LiveRows:

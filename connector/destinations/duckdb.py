@@ -213,7 +213,8 @@ class DuckdbDestination:
 
 def connect(path: str) -> Any:
     """A connection to the database file at `path` (created, with its folder, if missing);
-    timestamps are read back in UTC; memory bounded (`MEMORY_LIMIT`, `THREADS`). Fails as a
+    timestamps are read back in UTC; memory bounded (`MEMORY_LIMIT`, `THREADS`); nothing
+    printed. Fails as a
     DestinationError (another process holding the file, a folder that cannot be made), or a
     MissingExtra naming ``[duckdb]``."""
     duckdb = require("duckdb", _FEATURE)
@@ -224,6 +225,10 @@ def connect(path: str) -> Any:
         con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
         con.execute("SET preserve_insertion_order = false")  # rows have no order to keep
         con.execute(f"SET threads = {THREADS}")
+        # DuckDB draws a progress bar on stdout (a pipe too) for a query past 2 s: a long
+        # load's `--json` summary was no longer JSON
+        con.execute("SET enable_progress_bar = false")
+        con.execute("SET enable_progress_bar_print = false")
     except OSError as exc:
         raise DestinationError(f"duckdb:{path}: cannot create the folder ({exc.strerror})") from None
     except duckdb.Error as exc:

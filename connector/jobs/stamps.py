@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["EPOCH", "iso", "newer", "now", "parse"]
+__all__ = ["EPOCH", "iso", "micros", "newer", "now", "parse"]
 
 #: The cursor of a table that was empty when synced: every row is newer.
 EPOCH = "1970-01-01T00:00:00.000000Z"
@@ -24,6 +24,12 @@ def iso(value: datetime) -> str:
 
 def parse(stamp: str) -> datetime:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def micros(stamp: str) -> int:
+    """UTC microseconds of an API timestamp, to compare with stamps cast to integers (a
+    time-zone-aware Arrow scalar made from a datetime makes pyarrow import pandas)."""
+    return (parse(stamp) - _EPOCH) // timedelta(microseconds=1)
 
 
 def now() -> str:

@@ -43,7 +43,7 @@ from connector.jobs.context import RunContext
 from connector.jobs.deletions import deleted_ids
 from connector.jobs.reads import TableReads, counted, lower_bound
 from connector.jobs.spool import Spool
-from connector.jobs.stamps import EPOCH, newer, now, parse
+from connector.jobs.stamps import EPOCH, micros, newer, now, parse
 from connector.jobs.state import TableState
 from connector.jobs.verify import Digest, batch_digest
 from connector.process import raise_if_stopped
@@ -263,15 +263,13 @@ class TableSync:
         """The rows an incremental read read again from its lookback window (stamped at or
         before the last cursor): their ids and stamps (UTC microseconds)."""
         id_name, updated = self.target.id_name, self.target.updated_name
-        limit = pa.scalar(parse(cursor), self.target.schema.field(updated).type)
+        limit = micros(cursor)
         parts = []
         for batch in spool.batches(columns=[id_name, updated]):
-            mask = pc.fill_null(pc.less_equal(batch.column(1), limit), False)
-            kept = batch.filter(mask)
-            if kept.num_rows:
-                parts.append(pa.table({
-                    "id": kept.column(0), "stamp": kept.column(1).cast(pa.int64())
-                }))
+            stamps = batch.column(1).cast(pa.int64())
+            mask = pc.fill_null(pc.less_equal(stamps, limit), False)
+            if pc.any(mask).as_py():
+                parts.append(pa.table({"id": batch.column(0).filter(mask), "stamp": stamps.filter(mask)}))
         return pa.concat_tables(parts) if parts else None
 
     def _unchanged(

@@ -201,6 +201,19 @@ def test_a_database_another_process_holds_is_a_destination_error(db: str) -> Non
         holder.wait()
 
 
+def test_a_long_write_prints_nothing_on_stdout(db: str) -> None:
+    """DuckDB's progress bar (drawn on stdout, a pipe too, for a query past a threshold, here
+    lowered to none) would break `load --json`: a connection we open draws none."""
+    script = (
+        "import sys; from connector.destinations.duckdb import connect; "
+        "con = connect(sys.argv[1]); con.execute('SET progress_bar_time = 0'); "
+        "con.execute('CREATE TABLE t AS SELECT i, md5(i::VARCHAR) s FROM range(2000000) r(i)'); "
+        "print(con.execute('SELECT count(*) FROM t').fetchone()[0])"
+    )
+    done = subprocess.run([sys.executable, "-c", script, db], capture_output=True, text=True, check=True)
+    assert done.stdout == "2000000\n"
+
+
 @pytest.mark.parametrize("url", ["duckdb://", "duckdb:///", "duckdb:///:memory:", "duckdb:///x.db?a=1",
                                  "duckdb://host/x.db", "duckdb:///dir/"])
 def test_a_url_without_a_database_file_is_a_config_error(url: str) -> None:

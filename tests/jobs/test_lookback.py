@@ -8,6 +8,9 @@ with the server value by value after the change, read back with its own library.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -134,6 +137,30 @@ def test_rows_the_window_reads_again_unchanged_are_not_rewritten(
     assert (table.rows_written, table.late_rows) == (0, 0)
     after = (parquet.stat().st_mtime_ns, DeltaTable(str(tmp_path / "lake" / "People")).version())
     assert after == before
+
+
+SYNC_TWICE = """
+import sys
+from connector.jobs.config import load_job
+from connector.jobs.run import run_job
+runs = [run_job(load_job(sys.argv[1])) for _ in range(2)]
+print([t.window_rows for t in runs[1].tables], "pandas" in sys.modules)
+"""
+
+
+def test_a_quiet_incremental_sync_never_imports_pandas(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """pandas (~40 MB, ~1 s of a quiet sync's start on a loaded machine) stays out of a quiet
+    sync: the window's bound is compared as integers (a zone-aware Arrow scalar made from a
+    datetime imports it), and so is a scan's ``updated_after``."""
+    job = workspace.job("[sync]\nincremental = true\nlookback = 0\n" + PEOPLE_ONLY
+                        + '[[destination]]\nparquet = "pq"\n')
+    done = subprocess.run(
+        [sys.executable, "-c", SYNC_TWICE, str(job)], capture_output=True, text=True, check=True,
+        env={**os.environ, **workspace.environ}, cwd=Path(__file__).parents[2],
+    )
+    assert done.stdout.split("\n")[-2] == "[0] False"
 
 
 def test_a_settled_window_reads_nothing_again(workspace: Workspace, tmp_path: Path) -> None:
