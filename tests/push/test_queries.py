@@ -281,6 +281,22 @@ def test_a_wrong_key_or_column_is_reported_before_a_sheet_is_read(
     assert "Traceback" not in done.output
 
 
+def test_a_query_reads_only_the_columns_the_push_uses(inproc: InProcess) -> None:
+    """`SELECT *` over an export returns its row ids and stamps, which a push leaves out:
+    DuckDB is asked for the table's columns only, so those are never computed (here, they
+    would fail) nor held."""
+    table_id = inproc.create_table(SPEC)
+    sql = ("SELECT 's' || i AS Sku, i * 1.5 AS Qty, error('computed ' || i) AS _created_at, "
+           "error('computed') AS _updated_at FROM range(3) t(i)")
+
+    result = push(inproc.client(), Query("duckdb:///:memory:", sql), table="Stock", key="Sku")
+
+    assert (result.created, result.plan.ignored) == (3, ("_created_at", "_updated_at"))
+    assert sorted((r["fields"]["Sku"], r["fields"]["Qty"]) for r in inproc.rows(table_id)) == [
+        ("s0", 0), ("s1", 1.5), ("s2", 3)
+    ]
+
+
 def test_a_job_pushes_a_query(inproc: InProcess, tmp_path: Path, server: RunningServer) -> None:
     table_id = server.create_table({**SPEC, "name": "job query"})
     sqlite_shop(tmp_path / "shop.db")
