@@ -11,6 +11,13 @@
    no request refused (bulk creates sized by bytes: the plan's request count is what is
    sent); with 256 KiB, every row still goes in (requests split after each 413, and later
    ones are cut to the size learnt before they are sent).
+4. Scale (issue 20): `connector push` of a 1,000,000-row Parquet sheet, 1,000 rows changed,
+   against a 1,000,000-row table (``BENCH_PUSH_ROWS``), whole processes. Goal: peak RSS
+   <= 400 MB and <= 1.5x the time of `connector export` of the table.
+5. Query: the same sheet pushed from a DuckDB query over the file (``--db --sql``), against
+   the file pushed directly. No goal: the cost of going through a query.
+
+``BENCH_PUSH=scale,query`` picks parts; ``BENCH_RUNS`` sets the rounds of 4 and 5.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,11 +74,12 @@ CONCURRENCY = 8
 
 def main() -> None:
     """Every part, or those ``BENCH_PUSH=plan,apply,large,scale,query`` names."""
-    chosen = os.environ.get("BENCH_PUSH", "plan,apply,large,scale").split(",")
-    for name, part in [("plan", bench_plan), ("apply", bench_apply), ("large", bench_large_rows),
-                       ("scale", bench_scale)]:
+    chosen = os.environ.get("BENCH_PUSH", "plan,apply,large,scale,query").split(",")
+    for name, part in [("plan", bench_plan), ("apply", bench_apply), ("large", bench_large_rows)]:
         if name in chosen:
             part()
+    if {"scale", "query"} & set(chosen):  # one seeded table for both
+        bench_scale({"scale", "query"} & set(chosen))
 
 
 # --- 1. plan --------------------------------------------------------------------------
@@ -319,6 +327,7 @@ def _server(*flags: str) -> Iterator[tuple[str, str, Path]]:
 
 
 # --- 4. scale: whole processes, a 1,000,000-row sheet against a 1,000,000-row table -------
+# --- 5. query: the same sheet pushed through DuckDB (`--db duckdb:///:memory: --sql ...`) ---
 
 #: Rows of the table and of the sheet (``BENCH_PUSH_ROWS``), and how many the sheet changes.
 SCALE_ROWS = int(os.environ.get("BENCH_PUSH_ROWS", 1_000_000))
@@ -328,11 +337,12 @@ SCALE_GOAL_MB = 400.0
 SCALE_GOAL_RATIO = 1.5
 
 
-def bench_scale() -> None:
+def bench_scale(parts: Collection[str] = ("scale",)) -> None:
     """`connector push SHEET.parquet --table big --key Name` against `connector export` of
-    the same table, each a whole process timed with its peak RSS (GNU time). The sheet is
+    the same table (part ``scale``), and against the same sheet read by a DuckDB query
+    (part ``query``), each a whole process timed with its peak RSS (GNU time). The sheet is
     the export itself with 1,000 rows' Amount changed; runs alternate it with the export as
-    it was, so every run updates exactly 1,000 rows."""
+    it was, so every push updates exactly 1,000 rows."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -360,8 +370,8 @@ def bench_scale() -> None:
             pq.write_table(changed, sheets[0])
             del data, changed, amount
 
-            def push(sheet: Path) -> Any:
-                argv = [CONNECTOR, "push", str(sheet), "--table", "big", "--key", "Name", "--json"]
+            def push(*source: str) -> Any:
+                argv = [CONNECTOR, "push", *source, "--table", "big", "--key", "Name", "--json"]
                 timed = run(argv, env, root)
                 summary = orjson.loads(timed.stdout)
                 updated = summary["pushes"][0]["updated"]
@@ -369,21 +379,36 @@ def bench_scale() -> None:
                     raise RuntimeError(f"push updated {updated} rows, not {SCALE_CHANGED}")
                 return timed
 
-            ours, theirs = Figures(), Figures()
+            def query(sheet: Path) -> list[str]:
+                return ["--db", "duckdb:///:memory:", "--sql", f"SELECT * FROM read_parquet('{sheet}')"]
+
+            ours, theirs, queried = Figures(), Figures(), Figures()
             for _ in range(SCALE_RUNS):
                 for sheet in sheets:  # each push undoes the one before: 1,000 updates each
-                    ours.runs.append(push(sheet))
-                theirs.runs.append(run(export, env, root))
+                    ours.runs.append(push(str(sheet)))
+                if "query" in parts:
+                    for sheet in sheets:
+                        queried.runs.append(push(*query(sheet)))
+                if "scale" in parts:
+                    theirs.runs.append(run(export, env, root))
         finally:
             server.stop()
-    ratio = ours.best / theirs.best
-    print(f"  export {SCALE_ROWS:,} rows to Parquet: {theirs.text()}, peak RSS {theirs.peak_mb:.0f} MB")
     print(f"  push a {SCALE_ROWS:,}-row Parquet sheet, {SCALE_CHANGED:,} rows changed: {ours.text()}, "
-          f"peak RSS {ours.peak_mb:.0f} MB (runs: "
-          f"{', '.join(f'{r.seconds:.1f} s/{r.rss_mb:.0f} MB' for r in ours.runs)})")
-    print(f"  push / export (best vs best) {ratio:.2f}x, goal <= {SCALE_GOAL_RATIO}x -> "
-          f"{verdict(ratio, SCALE_GOAL_RATIO, at_most=True)}; peak RSS goal <= {SCALE_GOAL_MB:.0f} MB "
-          f"-> {verdict(ours.peak_mb, SCALE_GOAL_MB, at_most=True)}", flush=True)
+          f"peak RSS {ours.peak_mb:.0f} MB (runs: {_runs(ours)})")
+    if "scale" in parts:
+        ratio = ours.best / theirs.best
+        print(f"  export {SCALE_ROWS:,} rows to Parquet: {theirs.text()}, peak RSS {theirs.peak_mb:.0f} MB")
+        print(f"  push / export (best vs best) {ratio:.2f}x, goal <= {SCALE_GOAL_RATIO}x -> "
+              f"{verdict(ratio, SCALE_GOAL_RATIO, at_most=True)}; peak RSS goal <= {SCALE_GOAL_MB:.0f} MB "
+              f"-> {verdict(ours.peak_mb, SCALE_GOAL_MB, at_most=True)}", flush=True)
+    if "query" in parts:
+        print(f"  push the same sheets through DuckDB (--db duckdb:///:memory: --sql \"SELECT * FROM "
+              f"read_parquet(...)\"): {queried.text()}, peak RSS {queried.peak_mb:.0f} MB (runs: "
+              f"{_runs(queried)}); query / file (best vs best) {queried.best / ours.best:.2f}x", flush=True)
+
+
+def _runs(figures: Any) -> str:
+    return ", ".join(f"{r.seconds:.1f} s/{r.rss_mb:.0f} MB" for r in figures.runs)
 
 
 if __name__ == "__main__":

@@ -112,9 +112,15 @@ def _duckdb(query: Query) -> Sheet:
         con.close()
         raise
 
-    def read(_: frozenset[str] | None) -> Source:
+    def read(wanted: frozenset[str] | None) -> Source:
+        # Only the columns the push uses: a `SELECT *` over an export would otherwise read
+        # and hold its row ids and stamps too (+60 MB at 1M rows).
+        kept = [c for c in columns if wanted is None or c in wanted]
+        projected = relation if len(kept) == len(columns) else relation.project(
+            ", ".join('"' + c.replace('"', '""') + '"' for c in kept)
+        )
         try:
-            data = relation.to_arrow_reader(FETCH_ROWS).read_all()
+            data = projected.to_arrow_reader(FETCH_ROWS).read_all()
         except duckdb.Error as exc:
             raise ConfigError(f"{sql}: the query failed: {_line(exc)}") from None
         finally:

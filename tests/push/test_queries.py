@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from connector.cli import main
-from connector.errors import ConfigError, ExitCode, ValidationReport
+from connector.errors import ConfigError, ExitCode, SourceError, ValidationReport
 from connector.jobs.config import load_job
 from connector.jobs.run import run_job
 from connector.push import Query, push
@@ -236,6 +236,65 @@ def test_the_header_is_checked_before_the_rows_or_the_table_are_read(
     assert not any(k.startswith("GET rows") for k in inproc.transport.calls), inproc.transport.calls
     with pytest.raises(ConfigError, match=r"the query failed: .*rows were read"):
         push(client, Query("duckdb:///:memory:", failing), table="Stock", key="Sku")
+
+
+def _unreadable_past_the_header(path: Path) -> Path:
+    """`path` written so its header (a Parquet file's schema, a CSV's first record) reads
+    and its rows do not: a push that read the rows before checking the header would fail
+    with the rows' error, not the header's."""
+    if path.suffix == ".csv":
+        path.write_text("Sku,Qty\ns1,1\ns2,2,extra,cells\n")
+        return path
+    pq.write_table(pa.table({"Sku": [f"s{i}" for i in range(5000)], "Qty": range(5000)}), path)
+    raw = bytearray(path.read_bytes())
+    raw[4:2000] = b"\xff" * 1996  # the first pages' headers: the footer's schema is intact
+    path.write_bytes(bytes(raw))
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+def test_a_wrong_key_or_column_is_reported_before_a_sheet_is_read(
+    inproc: InProcess, server: RunningServer, tmp_path: Path, suffix: str
+) -> None:
+    """A sheet whose rows cannot be read reports a wrong --key, a key column it lacks and a
+    column the table lacks from its header alone; the table's rows are not read either."""
+    sheet = _unreadable_past_the_header(tmp_path / f"sheet{suffix}")
+    inproc.create_table(SPEC)
+    client = inproc.client()
+    with pytest.raises(SourceError, match=r"not a readable Parquet file|malformed CSV"):
+        push(client, sheet, table="Stock", key="Sku")  # read in full, the rows fail
+
+    with pytest.raises(ConfigError, match="--key: table 'Stock' has no column 'Code'"):
+        push(client, sheet, table="Stock", key="Code")
+    with pytest.raises(ValidationReport, match="row 1, column 'Kind': key column missing"):
+        push(client, sheet, table="Stock", key="Kind")
+    inproc.create_table({**SPEC, "name": "Narrow", "columns": SPEC["columns"][:1]})
+    with pytest.raises(ValidationReport, match="row 1, column 'Qty': not a column of table 'Narrow'"):
+        push(client, sheet, table="Narrow", key="Sku")
+    assert not any(k.startswith("GET rows") for k in inproc.transport.calls), inproc.transport.calls
+    assert inproc.transport.writes == 0
+
+    server.create_table({**SPEC, "name": f"header first {suffix}"})
+    done = cli(server, "push", str(sheet), "--table", f"header first {suffix}", "--key", "Code")
+    assert done.exit_code == ExitCode.USAGE, done.output
+    assert "--key: table 'header first" in done.output and "no column 'Code'" in done.output
+    assert "Traceback" not in done.output
+
+
+def test_a_query_reads_only_the_columns_the_push_uses(inproc: InProcess) -> None:
+    """`SELECT *` over an export returns its row ids and stamps, which a push leaves out:
+    DuckDB is asked for the table's columns only, so those are never computed (here, they
+    would fail) nor held."""
+    table_id = inproc.create_table(SPEC)
+    sql = ("SELECT 's' || i AS Sku, i * 1.5 AS Qty, error('computed ' || i) AS _created_at, "
+           "error('computed') AS _updated_at FROM range(3) t(i)")
+
+    result = push(inproc.client(), Query("duckdb:///:memory:", sql), table="Stock", key="Sku")
+
+    assert (result.created, result.plan.ignored) == (3, ("_created_at", "_updated_at"))
+    assert sorted((r["fields"]["Sku"], r["fields"]["Qty"]) for r in inproc.rows(table_id)) == [
+        ("s0", 0), ("s1", 1.5), ("s2", 3)
+    ]
 
 
 def test_a_job_pushes_a_query(inproc: InProcess, tmp_path: Path, server: RunningServer) -> None:
