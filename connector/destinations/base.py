@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
 
-from connector.arrays import no_ids
+from connector.arrays import arrow_mask, int64_values, no_ids
 from connector.destinations.registry import Capabilities, DeletePolicy
 from connector.modes import WriteMode
 from connector.schema import META_COLUMN_TYPE, META_SYSTEM, Table, arrow_schema
@@ -193,8 +193,10 @@ class LiveRows:
             keep = pc.is_null(batch.column(DELETED_AT))
         if self.updated is not None and self.after is not None and self.updated in batch.schema.names:
             column = batch.column(self.updated)
-            ticks = column.cast(pa.int64())  # a zone-aware scalar would make pyarrow import pandas
-            later = pc.fill_null(pc.greater(ticks, _ticks(self.after, column.type)), False)
+            # As integers read from the buffers: a zone-aware scalar, a Python scalar in a
+            # compute function or `to_numpy` would make pyarrow import pandas.
+            after = _ticks(self.after, column.type)
+            later = arrow_mask(int64_values(column, after) > after)  # a null: not later
             keep = later if keep is None else pc.and_(keep, later)
         return batch if keep is None else batch.filter(keep)
 

@@ -30,9 +30,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from connector.arrays import arrow_mask, concat_ids, no_ids
+from connector.arrays import arrow_ints, arrow_mask, concat_ids, int64_values, no_ids
 from connector.destinations import Committed, TableChange, Target
 from connector.destinations.base import fits
 from connector.destinations.evolve import SchemaOp, columns_of, describe, diff
@@ -266,10 +265,11 @@ class TableSync:
         limit = micros(cursor)
         parts = []
         for batch in spool.batches(columns=[id_name, updated]):
-            stamps = batch.column(1).cast(pa.int64())
-            mask = pc.fill_null(pc.less_equal(stamps, limit), False)
-            if pc.any(mask).as_py():
-                parts.append(pa.table({"id": batch.column(0).filter(mask), "stamp": stamps.filter(mask)}))
+            stamps = int64_values(batch.column(1), _NO_STAMP)
+            inside = (stamps <= limit) & (stamps != _NO_STAMP)
+            if inside.any():
+                ids = batch.column(0).filter(arrow_mask(inside))
+                parts.append(pa.table({"id": ids, "stamp": arrow_ints(stamps[inside])}))
         return pa.concat_tables(parts) if parts else None
 
     def _unchanged(
@@ -289,7 +289,7 @@ class TableSync:
             if batch.num_columns < 2:
                 return no_ids()
             hashes.append(hash_ids(batch.column(0)))
-            stamps.append(_micros(batch.column(1)))
+            stamps.append(int64_values(batch.column(1), _NO_STAMP))
         if not hashes:
             return no_ids()
         held, held_stamps = np.concatenate(hashes), np.concatenate(stamps)
@@ -301,7 +301,7 @@ class TableSync:
         wanted = hash_ids(ids)
         at = np.searchsorted(held, wanted)
         at[at == len(held)] = 0
-        same = (held[at] == wanted) & (held_stamps[at] == window.column("stamp").to_numpy())
+        same = (held[at] == wanted) & (held_stamps[at] == int64_values(window.column("stamp"), _NO_STAMP))
         return ids.filter(arrow_mask(same))
 
     def _verify(self, ops: tuple[SchemaOp, ...], changes: tuple[str, ...]) -> TableResult:
@@ -408,14 +408,6 @@ def fingerprint(table: Table, filter: Mapping[str, Any]) -> str:
 
 #: A held row without ``updated_at`` (never equal to a stamp read).
 _NO_STAMP = np.iinfo(np.int64).min
-
-
-def _micros(stamps: pa.Array | pa.ChunkedArray) -> np.ndarray[Any, np.dtype[np.int64]]:
-    """UTC microseconds of `stamps` as numpy (a missing one `_NO_STAMP`)."""
-    micros: np.ndarray[Any, np.dtype[np.int64]] = pc.fill_null(
-        stamps.cast(pa.int64()), _NO_STAMP
-    ).to_numpy()
-    return micros
 
 
 class _Tap:

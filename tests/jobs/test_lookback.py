@@ -148,19 +148,22 @@ print([t.window_rows for t in runs[1].tables], "pandas" in sys.modules)
 """
 
 
+@pytest.mark.parametrize("lookback", ["0", '"5m"'])
 def test_a_quiet_incremental_sync_never_imports_pandas(
-    workspace: Workspace, tmp_path: Path
+    workspace: Workspace, tmp_path: Path, lookback: str
 ) -> None:
     """pandas (~40 MB, ~1 s of a quiet sync's start on a loaded machine) stays out of a quiet
-    sync: the window's bound is compared as integers (a zone-aware Arrow scalar made from a
-    datetime imports it), and so is a scan's ``updated_after``."""
-    job = workspace.job("[sync]\nincremental = true\nlookback = 0\n" + PEOPLE_ONLY
-                        + '[[destination]]\nparquet = "pq"\n')
+    sync, with nothing to read again or with every row inside the window: stamps are compared
+    as integers read from their buffers (a zone-aware Arrow scalar made from a datetime, a
+    Python scalar in a compute function, and `to_numpy` each import it)."""
+    job = workspace.job(f"[sync]\nincremental = true\nlookback = {lookback}\n" + PEOPLE_ONLY
+                        + '[[destination]]\nparquet = "pq"\n[[destination]]\nurl = "sqlite:///s.db"\n')
     done = subprocess.run(
         [sys.executable, "-c", SYNC_TWICE, str(job)], capture_output=True, text=True, check=True,
         env={**os.environ, **workspace.environ}, cwd=Path(__file__).parents[2],
     )
-    assert done.stdout.split("\n")[-2] == "[0] False"
+    window = "0" if lookback == "0" else str(workspace.server.row_count(workspace.people))
+    assert done.stdout.split("\n")[-2] == f"[{window}] False"
 
 
 def test_a_settled_window_reads_nothing_again(workspace: Workspace, tmp_path: Path) -> None:
