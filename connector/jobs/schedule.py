@@ -59,10 +59,15 @@ def run_tables(run: RunContext, chosen: Chosen) -> list[TableResult]:
 def _on_threads(
     run: RunContext, work: list[tuple[Table, Filter]], workers: int, tmp: Path
 ) -> None:
+    # Every table's future exists before a worker starts: a stop can land while the pool
+    # starts a thread (inside `submit`), with the first table already writing, and it
+    # still finds every table to cancel or wait for.
+    futures: list[Future[TableResult | None]] = [Future() for _ in work]
     pool = ThreadPoolExecutor(workers, thread_name_prefix=TABLE_THREADS)
-    futures = [pool.submit(_one_table, run, t, f, tmp) for t, f in work]
     try:
-        pending: set[Future[TableResult | None]] = set(futures)
+        for future, (table, filter) in zip(futures, work, strict=True):
+            pool.submit(_settle, future, run, table, filter, tmp)
+        pending = set(futures)
         while pending:
             done, pending = wait(pending, timeout=1.0, return_when=FIRST_EXCEPTION)
             for future in done:
@@ -76,6 +81,18 @@ def _on_threads(
         _wait_a_little(futures)
         raise
     pool.shutdown(wait=True)
+
+
+def _settle(
+    future: Future[TableResult | None], run: RunContext, table: Table, filter: Filter, tmp: Path
+) -> None:
+    """Run one table into `future` unless it was cancelled before a worker got to it."""
+    if not future.set_running_or_notify_cancel():
+        return
+    try:
+        future.set_result(_one_table(run, table, filter, tmp))
+    except BaseException as exc:  # a stop or an error that ends the run: the main thread's
+        future.set_exception(exc)
 
 
 def _wait_a_little(futures: list[Future[TableResult | None]]) -> None:
