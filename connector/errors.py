@@ -6,6 +6,7 @@
     │   ├── ColumnNotFound          a column named (columns=, a filter) is not in the table
     │   ├── DeleteGuard             a mirror would delete too much: raise the limit to go on
     │   ├── MissingExtra            a destination needs an optional extra: pip install it
+    │   ├── NameClash               two tables would share a name in a destination: rename one
     │   └── BaseUrlError            the base URL cannot work: malformed, a host with no address,
     │                               a failed TLS handshake (also an ApiError; never retried)
     ├── InputError                  fix the source data; nothing was written   (exit 1)
@@ -68,6 +69,7 @@ __all__ = [
     "InputError",
     "JobLocked",
     "MissingExtra",
+    "NameClash",
     "NotFound",
     "NotSent",
     "PermissionDenied",
@@ -153,6 +155,11 @@ class MissingExtra(ConfigError):
         )
         #: The extra that provides it, e.g. ``"s3"``.
         self.extra = extra
+
+
+class NameClash(ConfigError):
+    """A table cannot be given the name asked for, or any name, in a destination without
+    sharing an object with another table (`connector.naming`); nothing was written."""
 
 
 class InputError(ConnectorError):

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     import sqlalchemy as sa
 
 __all__ = [
+    "BOOKKEEPING",
     "CHECKBOX_FALSE",
     "CHECKBOX_TRUE",
     "SYSTEM_FIELDS",
@@ -41,6 +42,10 @@ __all__ = [
 
 #: Row attributes that are not user columns, in the order they lead a frame.
 SYSTEM_FIELDS: tuple[str, ...] = ("id", "created_at", "updated_at")
+#: Columns of the connector's own that some destinations hold: the time a row was seen
+#: deleted (``deletes = "mark"``) and dlt's deletion flag. Named with the system fields
+#: (`Table.system_names`), after them, so adding one never renames those.
+BOOKKEEPING: tuple[str, ...] = ("deleted_at", "deleted")
 
 #: The words a checkbox cell may be written as, compared stripped and lower-cased, by every
 #: path that meets one as text (a spreadsheet being pushed, a server that sends strings).
@@ -201,14 +206,18 @@ class Table:
         raise ColumnNotFound(f"table {self.name!r} has no column {name!r}; {hint}")
 
     def system_names(self) -> dict[str, str]:
-        """Frame column names for the row id and timestamps: ``_id``, ``_created_at``, ...
+        """The names of the columns that are not the user's, in every frame and destination:
+        the row id and timestamps (``_id``, ``_created_at``, ``_updated_at``) and the
+        bookkeeping ones (``_deleted_at``, ``_deleted``): the one place they are decided.
 
         Prefixed with underscores so a user column called ``id`` or ``created_at`` survives;
-        more underscores are added while a user column already has the name.
+        more underscores are added while a user column already has the name, so no user
+        column can take one of ours (a user column called ``_deleted_at`` makes the mark
+        column ``__deleted_at``).
         """
         taken = set(self.column_names)
         names: dict[str, str] = {}
-        for attr in SYSTEM_FIELDS:
+        for attr in (*SYSTEM_FIELDS, *BOOKKEEPING):
             name = f"_{attr}"
             while name in taken:
                 name = f"_{name}"

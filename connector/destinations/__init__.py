@@ -24,7 +24,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from connector.destinations.base import DELETED_AT, Committed, Destination, TableChange, Target
+    from connector.destinations.base import Committed, Destination, TableChange, Target
     from connector.destinations.registry import (
         KINDS,
         Capabilities,
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
-    "DELETED_AT",
     "KINDS",
     "Capabilities",
     "Committed",

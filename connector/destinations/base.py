@@ -7,6 +7,8 @@ commit). So a failed or stopped write leaves the table as it was, and a job's st
 only after every destination committed, never runs ahead of what a destination holds.
 
     check()            unreachable or misconfigured: fail now, before any read
+    held()             the table names it holds, and which table id each holds
+    claim(names)       record which table id a name holds (after its first commit)
     locate(t)          where the table is, as a person reads it
     stored(t)          the table's schema as held here (None: no such table yet)
     scan(t, columns)   its live rows (not marked deleted), batch by batch
@@ -19,7 +21,7 @@ is its own module's business.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -39,8 +41,7 @@ if TYPE_CHECKING:
     from connector.ids import IdSet
 
 __all__ = [
-    "DELETED_AT",
-    "DELETED_FIELD",
+    "MARK_TYPE",
     "Capabilities",
     "Committed",
     "DeletePolicy",
@@ -49,11 +50,10 @@ __all__ = [
     "Target",
 ]
 
-#: The column a ``deletes = "mark"`` destination stamps on rows deleted upstream: the time
-#: the deletion was seen. Every destination that takes marks has it from its first write.
-DELETED_AT = "_deleted_at"
-DELETED_FIELD = pa.field(DELETED_AT, pa.timestamp("us", tz="UTC"))
-
+#: The type of the mark column, which a ``deletes = "mark"`` destination stamps on rows
+#: deleted upstream (`Target.deleted_name`): the time the deletion was seen. Every
+#: destination that takes marks has it from its first write.
+MARK_TYPE = pa.timestamp("us", tz="UTC")
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class Target:
     """One API table in one destination: what its rows look like and what it is called there."""
 
     table: Table
-    #: The table's name in every destination of a run (`connector.destinations.naming`).
+    #: The table's name in this destination, as the destination holds it (`connector.naming`).
     name: str
 
     @cached_property
@@ -70,17 +70,31 @@ class Target:
         the columns."""
         return arrow_schema(self.table)
 
+    @cached_property
+    def _system(self) -> dict[str, str]:
+        return self.table.system_names()
+
     @property
     def id_name(self) -> str:
-        return self.table.system_names()["id"]
+        return self._system["id"]
 
     @property
     def updated_name(self) -> str:
-        return self.table.system_names()["updated_at"]
+        return self._system["updated_at"]
+
+    @property
+    def deleted_name(self) -> str:
+        """The mark column (``_deleted_at``, or more underscores while a user column has
+        that name: `connector.schema.Table.system_names`)."""
+        return self._system["deleted_at"]
+
+    @cached_property
+    def deleted_field(self) -> pa.Field:
+        return pa.field(self.deleted_name, MARK_TYPE, metadata={META_SYSTEM: b"deleted_at"})
 
     def with_marks(self, marks: bool) -> pa.Schema:
-        """The schema a table holds: the rows' fields, and `DELETED_AT` when it takes marks."""
-        return self.schema.append(DELETED_FIELD) if marks else self.schema
+        """The schema a table holds: the rows' fields, and the mark column when it takes marks."""
+        return self.schema.append(self.deleted_field) if marks else self.schema
 
 
 @dataclass(frozen=True)
@@ -90,9 +104,9 @@ class TableChange:
     ``replace``: the table becomes `rows`. ``append``: rows whose ids the table does not hold
     yet are added (held ones, marked ones included, stay as they are). ``merge``: `rows` are
     upserted by id (a marked row that comes back loses its mark) and `deleted` removed, or
-    with `mark` stamped `DELETED_AT` (a stamp already set stays).
+    with `mark` stamped in the mark column (`Target.deleted_name`; a stamp already set stays).
 
-    `mark` also means the table carries `DELETED_AT` from its first write, so marks work
+    `mark` also means the table carries the mark column from its first write, so marks work
     whichever order creates, updates and deletes arrive in. `evolve` lists the column changes
     since the table was written (renames are known only from it); the destination makes its
     columns those of the target's schema before the rows go in, converting held values.
@@ -124,6 +138,14 @@ class Destination(Protocol):
 
     def check(self) -> None:
         """Fail now (`DestinationError`, `ConfigError`) if the destination cannot be used."""
+
+    def held(self) -> dict[str, str | None]:
+        """The table names held here (as `Target.name` spells them) and the table id each
+        holds (None: an object no record names), in the order recorded
+        (`connector.destinations.held`). What `connector.naming` names tables from."""
+
+    def claim(self, names: Mapping[str, str]) -> None:
+        """Record that each name holds its table id (called once its first write committed)."""
 
     def locate(self, target: Target) -> str:
         """Where the table is, as a person reads it (a file, a URL, a SQL table name)."""
@@ -168,7 +190,7 @@ def fits(stored: pa.Schema, target: Target) -> bool:
         return {
             f.name: pa.timestamp("us") if pa.types.is_timestamp(f.type) else plain_type(f.type)
             for f in schema
-            if f.name != DELETED_AT
+            if f.name != target.deleted_name
         }
 
     return kinds(stored) == kinds(target.schema)
@@ -180,17 +202,18 @@ class LiveRows:
 
     def __init__(self, held: Iterable[str], target: Target, updated_after: datetime | None) -> None:
         held = set(held)
-        self.marks = DELETED_AT in held
+        self.mark = target.deleted_name
+        self.marks = self.mark in held
         self.updated = target.updated_name if updated_after is not None else None
         self.after = updated_after
-        self.columns = [DELETED_AT] * self.marks + ([self.updated] if self.updated else [])
+        self.columns = [self.mark] * self.marks + ([self.updated] if self.updated else [])
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         import pyarrow.compute as pc
 
         keep = None
         if self.marks:
-            keep = pc.is_null(batch.column(DELETED_AT))
+            keep = pc.is_null(batch.column(self.mark))
         if self.updated is not None and self.after is not None and self.updated in batch.schema.names:
             column = batch.column(self.updated)
             # As integers read from the buffers: a zone-aware scalar, a Python scalar in a

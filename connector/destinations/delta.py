@@ -31,7 +31,7 @@ import contextlib
 import itertools
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,8 +42,7 @@ import pyarrow as pa
 
 from connector.destinations.arrow import conform, plain_type
 from connector.destinations.base import (
-    DELETED_AT,
-    DELETED_FIELD,
+    MARK_TYPE,
     Committed,
     TableChange,
     Target,
@@ -53,15 +52,16 @@ from connector.destinations.base import (
 )
 from connector.destinations.evolve import renames
 from connector.destinations.formats import ROW_GROUP_ROWS
-from connector.destinations.naming import file_name
+from connector.destinations.held import FolderRecord, held
 from connector.destinations.registry import DestinationConfig, kind
 from connector.destinations.rewrite import Counted, KeptRows
-from connector.destinations.storage import is_remote, open_store
+from connector.destinations.storage import Store, is_remote, open_store
 from connector.extras import require
 
 __all__ = ["DeltaDestination", "open_delta", "storage_options"]
 
-#: A merge's source says per row whether it is an upsert or a deletion.
+#: A merge's source says per row whether it is an upsert or a deletion, in a column of this
+#: name (more underscores while a column of the table has it: `_op_column`).
 _OP = "_connector_op"
 _FEATURE = "Delta Lake destinations"
 
@@ -143,7 +143,7 @@ class DeltaDestination:
 
     def check(self) -> None:
         if is_remote(self.config.target):
-            store = open_store(self.config.target, self.config.timeout)
+            store = self._store()
             try:
                 store.check()
             finally:
@@ -152,8 +152,26 @@ class DeltaDestination:
     def close(self) -> None:
         self._spools.cleanup()
 
+    def _store(self) -> Store:
+        return open_store(self.config.target, self.config.timeout)
+
+    def held(self) -> dict[str, str | None]:
+        store = self._store()
+        try:
+            folders = [n for n, folder in store.listing().items() if folder and not n.startswith(".")]
+            return held(folders, FolderRecord(store).read())
+        finally:
+            store.close()
+
+    def claim(self, names: Mapping[str, str]) -> None:
+        store = self._store()
+        try:
+            FolderRecord(store).claim(names)
+        finally:
+            store.close()
+
     def locate(self, target: Target) -> str:
-        return f"{self.config.target.rstrip('/')}/{file_name(target.name)}"
+        return f"{self.config.target.rstrip('/')}/{target.name}"
 
     def _options(self, uri: str) -> dict[str, str] | None:
         return storage_options(uri, self.config.timeout)
@@ -197,7 +215,7 @@ class DeltaDestination:
     def apply(self, target: Target, change: TableChange) -> Committed:
         uri = self.locate(target)
         table = None if change.mode == "replace" else self._open(uri)
-        marks = change.mark or (table is not None and DELETED_AT in _names(table))
+        marks = change.mark or (table is not None and target.deleted_name in _names(table))
         schema = target.with_marks(marks)
         change = replace(change, rows=own_errors(change.rows))
         with self._failures("writing", uri):
@@ -236,12 +254,13 @@ class DeltaDestination:
         `add`: columns new upstream are added by the merge (``merge_schema``)."""
         merging = change.mode == "merge"
         gone = change.deleted if merging else change.deleted.slice(0, 0)
-        source = pa.schema([*(_stored_field(f) for f in schema), pa.field(_OP, pa.string())])
+        op = _op_column(schema)
+        source = pa.schema([*(_stored_field(f) for f in schema), pa.field(op, pa.string())])
         t, s = "t", "s"
         key = f"{t}.{_q(target.id_name)} = {s}.{_q(target.id_name)}"
-        upsert, delete = f"{s}.{_OP} = 'upsert'", f"{s}.{_OP} = 'delete'"
+        upsert, delete = f"{s}.{_q(op)} = 'upsert'", f"{s}.{_q(op)} = 'delete'"
         rows = Counted(change.rows)
-        batches = _with_ops(rows, gone, schema, source, target.id_name, change.mark)
+        batches = _with_ops(rows, gone, schema, source, target, change.mark)
         # every column named, quoted by `_q`: deltalake's *_all forms quote names without
         # escaping, so a column with a backtick in its name failed ("No field named ...")
         every = {_q(f.name): f"{s}.{_q(f.name)}" for f in schema}
@@ -253,10 +272,9 @@ class DeltaDestination:
             if merging:
                 merger = merger.when_matched_update(every, upsert)
                 if change.mark:
-                    stamped = f"{delete} AND {t}.{_q(DELETED_AT)} IS NULL"
-                    merger = merger.when_matched_update(
-                        {_q(DELETED_AT): f"{s}.{_q(DELETED_AT)}"}, stamped
-                    )
+                    mark = _q(target.deleted_name)
+                    stamped = f"{delete} AND {t}.{mark} IS NULL"
+                    merger = merger.when_matched_update({mark: f"{s}.{mark}"}, stamped)
                 else:
                     merger = merger.when_matched_delete(delete)
             metrics = merger.when_not_matched_insert(every, upsert).execute()
@@ -303,7 +321,7 @@ def _with_ops(
     gone: pa.Array,
     schema: pa.Schema,
     source: pa.Schema,
-    id_name: str,
+    target: Target,
     stamp: bool,
 ) -> Iterator[pa.RecordBatch]:
     """A merge's source: the rows as upserts, then the deleted ids as rows (nulls but the id,
@@ -315,18 +333,26 @@ def _with_ops(
         yield pa.RecordBatch.from_arrays(columns, names=source.names)
     if not len(gone):
         return
-    now = pa.scalar(datetime.now(UTC), DELETED_FIELD.type)
+    now = pa.scalar(datetime.now(UTC), MARK_TYPE)
     columns = []
     for f in source:
-        if f.name == id_name:
+        if f.name == target.id_name:
             columns.append(gone.cast(f.type))
-        elif f.name == _OP:
+        elif f.name == source.names[-1]:  # the op column
             columns.append(pa.repeat(pa.scalar("delete"), len(gone)))
-        elif f.name == DELETED_AT and stamp:
+        elif f.name == target.deleted_name and stamp:
             columns.append(pa.repeat(now, len(gone)))
         else:
             columns.append(pa.nulls(len(gone), f.type))
     yield pa.RecordBatch.from_arrays(columns, schema=source)
+
+
+def _op_column(schema: pa.Schema) -> str:
+    """The merge source's op column: a name no column of the table has."""
+    name = _OP
+    while name in schema.names:
+        name = "_" + name
+    return name
 
 
 def _stored_field(field: pa.Field) -> pa.Field:

@@ -14,7 +14,7 @@ transaction, as a SQL one is:
   never replayed from its write-ahead log);
 - ``append`` adds the rows whose ids the table does not hold yet; ``merge`` stages the rows
   in a table of their own, deletes the held rows whose ids come again and inserts the staged
-  versions (so a mark is gone with the old version), then removes, or stamps `DELETED_AT`
+  versions (so a mark is gone with the old version), then removes, or stamps the mark
   on, the rows deleted upstream.
 
 A column added upstream is added in place; any other change (renamed, retyped, dropped)
@@ -33,7 +33,7 @@ import contextlib
 import itertools
 import secrets
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -41,11 +41,13 @@ from typing import Any
 import pyarrow as pa
 
 from connector.destinations.arrow import conform
-from connector.destinations.base import DELETED_AT, Committed, TableChange, Target, system_kind
+from connector.destinations.base import Committed, TableChange, Target, system_kind
 from connector.destinations.evolve import rename_fields, renames
+from connector.destinations.held import held
 from connector.destinations.registry import DUCKDB_SCHEME, DestinationConfig, kind
 from connector.errors import DestinationError
 from connector.extras import require
+from connector.naming import NAME_REGISTRY, OWN_PREFIX, fold
 
 __all__ = ["MEMORY_LIMIT", "READ_ROWS", "THREADS", "DuckdbDestination", "connect", "open_duckdb"]
 
@@ -111,6 +113,45 @@ class DuckdbDestination:
     def locate(self, target: Target) -> str:
         return target.name
 
+    def held(self) -> dict[str, str | None]:
+        if not Path(self.path).is_file():  # not created by asking (a dry run writes nothing)
+            return {}
+        with self._failures("reading the table names of", None), contextlib.closing(
+            self._cursor()
+        ) as cur:
+            tables = [str(r[0]) for r in cur.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' AND NOT temporary"
+            ).fetchall()]
+            recorded: dict[str, str] = {}
+            if _find(cur, NAME_REGISTRY) is not None:
+                rows = cur.execute(
+                    f"SELECT name, table_id FROM {_q(NAME_REGISTRY)} ORDER BY seq, name"
+                ).fetchall()
+                recorded = {str(r[0]): str(r[1]) for r in rows}
+        return held((t for t in tables if not fold(t).startswith(OWN_PREFIX)), recorded)
+
+    def claim(self, names: Mapping[str, str]) -> None:
+        with self._failures("recording table names in", None), contextlib.closing(
+            self._cursor()
+        ) as cur:
+            cur.begin()
+            try:
+                cur.execute(
+                    f"CREATE TABLE IF NOT EXISTS {_q(NAME_REGISTRY)} "
+                    "(name VARCHAR PRIMARY KEY, table_id VARCHAR NOT NULL, seq BIGINT NOT NULL)"
+                )
+                row = cur.execute(f"SELECT coalesce(max(seq), 0) FROM {_q(NAME_REGISTRY)}").fetchone()
+                last = int(row[0]) if row else 0
+                for i, (name, table_id) in enumerate(names.items(), start=1):
+                    cur.execute(f"DELETE FROM {_q(NAME_REGISTRY)} WHERE name = ?", [name])
+                    cur.execute(f"INSERT INTO {_q(NAME_REGISTRY)} VALUES (?, ?, ?)",
+                                [name, table_id, last + i])
+                cur.commit()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    cur.rollback()
+                raise
+
     def stored(self, target: Target) -> pa.Schema | None:
         if not Path(self.path).is_file():  # not created by asking (a dry run writes nothing)
             return None
@@ -136,7 +177,7 @@ class DuckdbDestination:
             return
         with self._failures("reading", target), contextlib.closing(self._cursor()) as cur:
             after = None if updated_after is None else (target.updated_name, updated_after)
-            yield from _read(cur, target.name, columns, live=True, after=after)
+            yield from _read(cur, target.name, columns, live=target.deleted_name, after=after)
 
     def apply(self, target: Target, change: TableChange) -> Committed:
         duckdb = require("duckdb", _FEATURE)
@@ -157,7 +198,7 @@ class DuckdbDestination:
     def _apply(self, cur: Any, target: Target, change: TableChange) -> Committed:
         name, id_name = target.name, target.id_name
         held = None if change.mode == "replace" else _columns(cur, name)
-        marks = change.mark or (held is not None and DELETED_AT.casefold() in _folded(held))
+        marks = change.mark or (held is not None and target.deleted_name.casefold() in _folded(held))
         wanted = _column_types(target, marks=marks)
         schema = target.with_marks(marks)
         rows = (conform(b, schema) for b in change.rows)
@@ -173,7 +214,8 @@ class DuckdbDestination:
             not_held = f"WHERE {key} NOT IN (SELECT {key} FROM {_q(name)})"
             return Committed(written=_insert(cur, name, columns, rows, where=not_held))
         written = _upsert(cur, name, columns, rows, key)
-        deleted = _remove(cur, name, id_name, change.deleted, mark=change.mark) if len(
+        mark = target.deleted_name if change.mark else None
+        deleted = _remove(cur, name, id_name, change.deleted, mark=mark) if len(
             change.deleted
         ) else 0
         return Committed(written=written, deleted=deleted)
@@ -192,23 +234,22 @@ class DuckdbDestination:
                 if column.casefold() not in have:
                     cur.execute(f"ALTER TABLE {_q(name)} ADD COLUMN {_q(column)} {type_name}")
             return
-        schema = target.with_marks(DELETED_AT in wanted)
+        schema = target.with_marks(target.deleted_name in wanted)
         names = renames(change.evolve)
         with contextlib.closing(self._cursor()) as reader:
             old = (conform(rename_fields(b, names), schema)
-                   for b in _read(reader, name, list(held), live=False))
+                   for b in _read(reader, name, list(held), live=None))
             _replace(cur, name, wanted, old)
 
     @contextlib.contextmanager
-    def _failures(self, doing: str, target: Target) -> Iterator[None]:
+    def _failures(self, doing: str, target: Target | None) -> Iterator[None]:
         """DuckDB's errors become a DestinationError naming the table and the file."""
         duckdb = require("duckdb", _FEATURE)
         try:
             yield
         except duckdb.Error as exc:
-            raise DestinationError(
-                f"{doing} {target.name!r} in duckdb:{self.path} failed: {_line(exc)}"
-            ) from exc
+            what = f"{doing} {target.name!r} in" if target is not None else doing
+            raise DestinationError(f"{what} duckdb:{self.path} failed: {_line(exc)}") from exc
 
 
 def connect(path: str) -> Any:
@@ -241,11 +282,11 @@ def _read(
     name: str,
     columns: Sequence[str],
     *,
-    live: bool,
+    live: str | None,
     after: tuple[str, datetime] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """The table's `columns` (those it has), batch by batch; with `live`, without rows
-    stamped deleted; with `after` (a column and a time), the rows later than it. Nothing
+    """The table's `columns` (those it has), batch by batch; with `live` (the mark column),
+    without rows stamped deleted; with `after` (a column and a time), the rows later than it. Nothing
     when the table is missing."""
     held = _columns(cur, name)
     if held is None:
@@ -253,8 +294,8 @@ def _read(
     folded = _folded(held)
     wanted = [c for c in columns if c.casefold() in folded]
     conditions, parameters = [], []
-    if live and DELETED_AT in folded:
-        conditions.append(f"{_q(DELETED_AT)} IS NULL")
+    if live is not None and live.casefold() in folded:
+        conditions.append(f"{_q(live)} IS NULL")
     if after is not None and after[0].casefold() in folded:
         conditions.append(f"{_q(after[0])} > ?")
         parameters.append(after[1])
@@ -278,7 +319,7 @@ def _column_types(target: Target, *, marks: bool) -> dict[str, str]:
         else:
             types[f.name] = _DUCKDB_TYPES[target.table.column(f.name).kind.sql_name]
     if marks:
-        types[DELETED_AT] = "TIMESTAMPTZ"
+        types[target.deleted_name] = "TIMESTAMPTZ"
     return types
 
 
@@ -354,15 +395,16 @@ class _Feed:
             raise self.error from None
 
 
-def _remove(cur: Any, name: str, id_name: str, ids: pa.Array, *, mark: bool) -> int:
-    """Delete the rows with these ids, or with `mark` stamp those not stamped yet; the count."""
+def _remove(cur: Any, name: str, id_name: str, ids: pa.Array, *, mark: str | None) -> int:
+    """Delete the rows with these ids, or with `mark` (the mark column) stamp those not
+    stamped yet; the count."""
     view = f"_connector_gone_{secrets.token_hex(6)}"
     key = _q(id_name)
     cur.register(view, pa.table({id_name: ids.cast(pa.string())}))
     try:
         chosen = f"{key} IN (SELECT {key} FROM {_q(view)})"
-        if mark:
-            stamp = _q(DELETED_AT)
+        if mark is not None:
+            stamp = _q(mark)
             return _count(cur.execute(
                 f"UPDATE {_q(name)} SET {stamp} = ? WHERE {chosen} AND {stamp} IS NULL",
                 [datetime.now(UTC)],

@@ -150,7 +150,8 @@ def renames(ops: Iterable[SchemaOp]) -> dict[str, str]:
 
 
 def columns_of(schema: pa.Schema, system: Iterable[str]) -> tuple[Column, ...]:
-    """The API columns a stored table's schema stands for (its user columns).
+    """The API columns a stored table's schema stands for (its user columns): `system` are
+    the names of ours (`connector.schema.Table.system_names`).
 
     Fields written from `connector.schema` carry their API type and options; others (a SQL
     table's reflected columns) are named by their storage type, as closely as it says.
@@ -158,7 +159,7 @@ def columns_of(schema: pa.Schema, system: Iterable[str]) -> tuple[Column, ...]:
     skip = set(system)
     out = []
     for field in schema:
-        if field.name in skip or field.name.startswith("_deleted_at"):
+        if field.name in skip:
             continue
         meta = field.metadata or {}
         kind = meta[META_COLUMN_TYPE].decode() if META_COLUMN_TYPE in meta else _kind_of(field.type)

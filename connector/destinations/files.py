@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Literal
 
@@ -20,15 +20,13 @@ import pyarrow.parquet as pq
 
 from connector.destinations.arrow import conform
 from connector.destinations.base import (
-    DELETED_AT,
-    Capabilities,
     Committed,
     TableChange,
     Target,
     live_rows,
 )
 from connector.destinations.formats import encode_csv, encode_parquet, parquet_batches
-from connector.destinations.naming import file_name
+from connector.destinations.held import FolderRecord, held
 from connector.destinations.registry import DestinationConfig
 from connector.destinations.rewrite import Counted, KeptRows
 from connector.destinations.storage import Store, open_store
@@ -52,11 +50,7 @@ class FilesDestination:
         self.config = config
         self.format = format
         self.store: Store = open_store(config.target, config.timeout)
-        self.capabilities = Capabilities(
-            parallel_writes=True,
-            modes=frozenset({"replace", "append", "merge"} if format == "parquet" else {"replace"}),
-            marks=format == "parquet",
-        )
+        self.capabilities = config.capabilities
 
     def check(self) -> None:
         self.store.check()
@@ -65,7 +59,16 @@ class FilesDestination:
         self.store.close()
 
     def _file(self, target: Target) -> str:
-        return f"{file_name(target.name)}.{self.format}"
+        return f"{target.name}.{self.format}"
+
+    def held(self) -> dict[str, str | None]:
+        suffix = f".{self.format}"
+        files = [n.removesuffix(suffix) for n, folder in self.store.listing().items()
+                 if not folder and n.endswith(suffix) and not n.startswith(".")]
+        return held(files, FolderRecord(self.store).read())
+
+    def claim(self, names: Mapping[str, str]) -> None:
+        FolderRecord(self.store).claim(names)
 
     def locate(self, target: Target) -> str:
         return self.store.locate(self._file(target))
@@ -109,7 +112,7 @@ class FilesDestination:
                 self._write(name, rows, schema)
                 return Committed(written=rows.count)
             with pq.ParquetFile(held) as old:
-                marks = change.mark or DELETED_AT in old.schema_arrow.names
+                marks = change.mark or target.deleted_name in old.schema_arrow.names
                 schema = target.with_marks(marks)
                 kept = KeptRows(lambda columns: parquet_batches(old, columns), target, change, schema)
                 new = Counted(conform(b, schema) for b in kept.new_rows())

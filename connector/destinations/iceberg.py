@@ -1,8 +1,8 @@
 """Apache Iceberg tables (the `pyiceberg` package) in a catalog, each `apply` ONE commit.
 
 ``[[destination]] iceberg = "DIR"`` (or ``export --format iceberg --out DIR``) keeps one
-Iceberg table per API table, named as its Parquet file would be
-(`connector.destinations.naming.file_name`), in the namespace `NAMESPACE`. The catalog is a
+Iceberg table per API table, named as the name map names it (`connector.naming`), in the
+namespace `NAMESPACE`. The catalog is a
 SQLite file inside DIR (``DIR/catalog.db``, pyiceberg's `SqlCatalog`) with the tables'
 files beside it (``DIR/tabledata/<table>/``), unless ``catalog`` names a real one: a
 database URL (``postgresql://user@host/db``, also SQLite elsewhere; pyiceberg's SQL catalog
@@ -37,7 +37,7 @@ import itertools
 import os
 import shutil
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,8 +48,7 @@ import pyarrow.compute as pc
 
 from connector.destinations.arrow import conform, plain_type
 from connector.destinations.base import (
-    DELETED_AT,
-    DELETED_FIELD,
+    MARK_TYPE,
     Committed,
     TableChange,
     Target,
@@ -58,10 +57,10 @@ from connector.destinations.base import (
     own_errors,
 )
 from connector.destinations.evolve import rename_fields, renames
-from connector.destinations.naming import file_name
+from connector.destinations.held import FolderRecord, held
 from connector.destinations.registry import DestinationConfig, kind
 from connector.destinations.rewrite import Counted, KeptRows
-from connector.destinations.storage import is_remote
+from connector.destinations.storage import is_remote, open_store
 from connector.errors import ConfigError
 from connector.extras import require
 
@@ -155,7 +154,7 @@ class IcebergDestination:
         return sa.engine.make_url(self.config.catalog).render_as_string(hide_password=True)
 
     def _identifier(self, target: Target) -> tuple[str, str]:
-        return (NAMESPACE, file_name(target.name))
+        return (NAMESPACE, target.name)
 
     def _load(self, target: Target, *, create: bool = False) -> Any:
         """The table, or None when there is none yet."""
@@ -182,11 +181,34 @@ class IcebergDestination:
                 self._catalog.close()
             self._catalog, self._namespace = None, False
 
+    def held(self) -> dict[str, str | None]:
+        catalog = self._open_catalog(create=False)
+        tables: list[str] = []
+        if catalog is not None:
+            from pyiceberg.exceptions import NoSuchNamespaceError
+
+            with self._failures("reading", self._catalog_name()), contextlib.suppress(
+                NoSuchNamespaceError
+            ):
+                tables = [identifier[-1] for identifier in catalog.list_tables(NAMESPACE)]
+        store = open_store(self.config.target, self.config.timeout)
+        try:
+            return held(tables, FolderRecord(store).read())
+        finally:
+            store.close()
+
+    def claim(self, names: Mapping[str, str]) -> None:
+        store = open_store(self.config.target, self.config.timeout)
+        try:
+            FolderRecord(store).claim(names)
+        finally:
+            store.close()
+
     def locate(self, target: Target) -> str:
-        where = f"{self.config.target.rstrip('/')}/{NAMESPACE}/{file_name(target.name)}"
+        where = f"{self.config.target.rstrip('/')}/{NAMESPACE}/{target.name}"
         if self.config.catalog is None:
             return where
-        return f"{NAMESPACE}.{file_name(target.name)} in {self._catalog_name()}"
+        return f"{NAMESPACE}.{target.name} in {self._catalog_name()}"
 
     def stored(self, target: Target) -> pa.Schema | None:
         table = self._load(target)
@@ -217,7 +239,7 @@ class IcebergDestination:
     def apply(self, target: Target, change: TableChange) -> Committed:
         table = self._load(target, create=True)
         held = table is not None and change.mode != "replace"
-        marks = change.mark or (held and DELETED_AT in _names(table))
+        marks = change.mark or (held and target.deleted_name in _names(table))
         schema = target.with_marks(marks)
         change = replace(change, rows=own_errors(change.rows))
         with self._failures("writing", self.locate(target)):
@@ -288,7 +310,7 @@ def _merge_by_ids(
     stamped: list[pa.RecordBatch] = []
     doomed: set[str] = set()  # held ids whose rows go (replaced, deleted or re-stamped)
     deleted = 0
-    now = pa.scalar(datetime.now(UTC), DELETED_FIELD.type)
+    now = pa.scalar(datetime.now(UTC), MARK_TYPE)
     if coming or gone:
         wanted = coming | gone
         for batch in _rows(table, None if stamping else [old_id], _in(old_id, wanted)):
@@ -302,11 +324,12 @@ def _merge_by_ids(
                 deleted += len(hit)
             elif stamping:
                 fresh = pc.and_(pa.array([i in gone for i in ids], pa.bool_()),
-                                pc.is_null(batch.column(DELETED_AT)))
+                                pc.is_null(batch.column(target.deleted_name)))
                 newly = batch.filter(fresh)
                 if newly.num_rows:
-                    index = newly.schema.get_field_index(DELETED_AT)
-                    newly = newly.set_column(index, DELETED_FIELD, pa.repeat(now, newly.num_rows))
+                    mark = target.deleted_field
+                    index = newly.schema.get_field_index(mark.name)
+                    newly = newly.set_column(index, mark, pa.repeat(now, newly.num_rows))
                     stamped.append(newly)
                     doomed.update(newly.column(id_name).to_pylist())
                     deleted += newly.num_rows

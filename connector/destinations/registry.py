@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from connector.errors import ConfigError
 from connector.modes import WriteMode
+from connector.naming import NameRules
 
 if TYPE_CHECKING:
     from connector.destinations.base import Destination
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_TIMEOUT",
     "DELETE_POLICIES",
+    "FILE_NAME_BYTES",
     "KINDS",
     "Capabilities",
     "DeletePolicy",
@@ -62,6 +64,8 @@ class Capabilities:
     modes: frozenset[WriteMode] = frozenset({"replace", "append", "merge"})
     #: Takes ``deletes = "mark"``.
     marks: bool = True
+    #: How it spells and compares the names of tables and columns (`connector.naming`).
+    names: NameRules = field(default_factory=lambda: NameRules(max_bytes=255))
 
 
 @dataclass(frozen=True)
@@ -86,23 +90,39 @@ class Kind:
     schemes: tuple[str, ...] = ()
 
 
+#: File systems allow 255 bytes a name. A table's file also gets a suffix (``.parquet``)
+#: and, while it is written, a temp name around it (``.<name>.<8 random>.partial``):
+#: this many bytes are left for the table's name.
+FILE_NAME_BYTES = 255 - len(".parquet") - len("..12345678.partial") - 1
+_FILES = NameRules(max_bytes=FILE_NAME_BYTES, files=True)
+
 KINDS: tuple[Kind, ...] = (
     Kind("parquet", "Parquet files, one per table", "connector.destinations.files:open_parquet",
-         "parquet", "parquet", "folder", Capabilities(parallel_writes=True)),
+         "parquet", "parquet", "folder", Capabilities(parallel_writes=True, names=_FILES)),
     Kind("csv", "CSV files, one per table (replaced whole)",
          "connector.destinations.files:open_csv", None, "csv", "folder",
-         Capabilities(parallel_writes=True, modes=frozenset({"replace"}), marks=False)),
+         Capabilities(parallel_writes=True, modes=frozenset({"replace"}), marks=False,
+                      names=_FILES)),
     Kind("delta", "Delta Lake tables, one per table", "connector.destinations.delta:open_delta",
-         "delta", "delta", "folder", Capabilities(parallel_writes=True), extra="delta"),
+         "delta", "delta", "folder",
+         Capabilities(parallel_writes=True,
+                      names=NameRules(max_bytes=FILE_NAME_BYTES, files=True, columns_fold=True)),
+         extra="delta"),
     Kind("iceberg", "Apache Iceberg tables in a catalog", "connector.destinations.iceberg:open_iceberg",
-         "iceberg", "iceberg", "folder", Capabilities(parallel_writes=False), extra="iceberg"),
+         "iceberg", "iceberg", "folder", Capabilities(parallel_writes=False, names=_FILES),
+         extra="iceberg"),
     Kind("duckdb", "a DuckDB database file", "connector.destinations.duckdb:open_duckdb",
-         "url", None, "database", Capabilities(parallel_writes=False), extra="duckdb",
-         schemes=("duckdb",)),
+         "url", None, "database",
+         Capabilities(parallel_writes=False, names=NameRules(max_bytes=255, columns_fold=True)),
+         extra="duckdb", schemes=("duckdb",)),
     Kind("sql", "a SQL database through SQLAlchemy (SQLite, PostgreSQL)",
          "connector.destinations.sql:open_sql", "url", None, "database",
-         Capabilities(parallel_writes=False)),
+         Capabilities(parallel_writes=False, names=NameRules(
+             max_bytes=255, reserved_prefixes=("sqlite_",), columns_fold=True))),
 )
+#: PostgreSQL's identifiers: 63 bytes (NAMEDATALEN - 1), longer ones cut silently; compared
+#: exactly when quoted, as ours always are.
+_POSTGRES_NAMES = NameRules(max_bytes=63, column_bytes=63)
 _BY_NAME: Mapping[str, Kind] = {k.name: k for k in KINDS}
 
 
@@ -144,7 +164,7 @@ class DestinationConfig:
         takes several tables' writes at once, an embedded one (SQLite) one at a time."""
         own = kind(self.kind).capabilities
         if self.kind == "sql" and self.target.partition(":")[0].partition("+")[0] == "postgresql":
-            return Capabilities(parallel_writes=True, modes=own.modes, marks=own.marks)
+            return replace(own, parallel_writes=True, names=_POSTGRES_NAMES)
         return own
 
     def describe(self) -> str:

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from connector.arrays import arrow_mask
 from connector.destinations.arrow import conform
-from connector.destinations.base import DELETED_AT, DELETED_FIELD, TableChange, Target
+from connector.destinations.base import MARK_TYPE, TableChange, Target
 from connector.destinations.evolve import rename_fields, renames
 from connector.ids import IdSet, hash_ids
 
@@ -83,7 +83,7 @@ class KeptRows:
         merging = change.mode == "merge"
         coming = change.ids or IdSet()
         gone = IdSet.of([change.deleted]) if merging and len(change.deleted) else IdSet()
-        now = pa.scalar(datetime.now(UTC), DELETED_FIELD.type)
+        now = pa.scalar(datetime.now(UTC), MARK_TYPE)
         for batch in self.read_old(None):
             batch = conform(rename_fields(batch, self._renames), self.schema)
             if not merging:
@@ -103,9 +103,10 @@ class KeptRows:
     def _stamped(
         self, batch: pa.RecordBatch, fresh: np.ndarray, now: pa.Scalar  # type: ignore[type-arg]
     ) -> pa.RecordBatch:
-        """`batch` with `DELETED_AT` set to `now` on the `fresh`ly deleted rows not stamped yet."""
-        stamps = batch.column(DELETED_AT)
+        """`batch` with the mark set to `now` on the `fresh`ly deleted rows not stamped yet."""
+        mark = self.target.deleted_field
+        stamps = batch.column(mark.name)
         newly = pc.and_(arrow_mask(fresh), pc.is_null(stamps))
         self.deleted += pc.sum(newly.cast(pa.int64())).as_py() or 0
-        index = batch.schema.get_field_index(DELETED_AT)
-        return batch.set_column(index, DELETED_FIELD, pc.if_else(newly, now, stamps))
+        index = batch.schema.get_field_index(mark.name)
+        return batch.set_column(index, mark, pc.if_else(newly, now, stamps))

@@ -1,7 +1,7 @@
 """A SQL database through SQLAlchemy (SQLite, PostgreSQL): one SQL table per table.
 
 Every `apply` is ONE transaction (both databases have transactional DDL): the table evolved,
-the rows written, deleted rows removed or stamped `DELETED_AT`; readers see the old table
+the rows written, deleted rows removed or stamped in the mark column; readers see the old table
 until the commit, and a failed or killed write rolls back whole.
 
 - ``replace`` fills a staging table and swaps it in (drop the old, rename the new);
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,6 @@ from sqlalchemy.dialects import postgresql, sqlite
 from connector.arrays import bool_array, float_array, string_array
 from connector.destinations.arrow import conform, plain_type
 from connector.destinations.base import (
-    DELETED_AT,
     Committed,
     TableChange,
     Target,
@@ -43,8 +42,10 @@ from connector.destinations.base import (
 )
 from connector.destinations.evolve import rename_fields, renames
 from connector.destinations.formats import as_text
+from connector.destinations.held import held
 from connector.destinations.registry import DestinationConfig
 from connector.errors import ConfigError, DestinationError
+from connector.naming import NAME_REGISTRY, OWN_PREFIX, fold
 
 __all__ = ["SqlDestination", "connect", "database_errors", "open_sql"]
 
@@ -91,6 +92,28 @@ class SqlDestination:
     def locate(self, target: Target) -> str:
         return target.name
 
+    def held(self) -> dict[str, str | None]:
+        if self._absent():
+            return {}
+        with database_errors(self.engine, "reading the table names"), self.engine.connect() as conn:
+            tables = sa.inspect(conn).get_table_names()
+            recorded: dict[str, str] = {}
+            if NAME_REGISTRY in tables:
+                order = _RECORD.c.seq, _RECORD.c.name
+                rows = conn.execute(sa.select(_RECORD.c.name, _RECORD.c.table_id).order_by(*order))
+                recorded = {str(r.name): str(r.table_id) for r in rows}
+        return held((t for t in tables if not fold(t).startswith(OWN_PREFIX)), recorded)
+
+    def claim(self, names: Mapping[str, str]) -> None:
+        with database_errors(self.engine, "recording table names"), _transaction(self.engine) as conn:
+            _RECORD.create(conn, checkfirst=True)
+            last = conn.execute(sa.select(sa.func.coalesce(sa.func.max(_RECORD.c.seq), 0))).scalar()
+            conn.execute(_RECORD.delete().where(_RECORD.c.name.in_(list(names))))
+            conn.execute(_RECORD.insert(), [
+                {"name": name, "table_id": table_id, "seq": int(last or 0) + i}
+                for i, (name, table_id) in enumerate(names.items(), start=1)
+            ])
+
     def _absent(self) -> bool:
         """A SQLite file not created yet: nothing is held (and asking must not create it:
         a dry run writes nothing)."""
@@ -129,7 +152,7 @@ class SqlDestination:
             # a replace needs nothing of the held table (reflecting it: ~30 ms of queries)
             held = None if change.mode == "replace" else _reflect(conn, target.name)
             marks = change.mark or (
-                change.mode != "replace" and held is not None and DELETED_AT in held.c
+                change.mode != "replace" and held is not None and target.deleted_name in held.c
             )
             wanted = _sql_table(target, target.name, marks=marks)
             if change.mode == "replace":
@@ -145,6 +168,16 @@ class SqlDestination:
 
     def _failures(self, doing: str, target: Target) -> contextlib.AbstractContextManager[None]:
         return database_errors(self.engine, f"{doing} table {target.name!r}")
+
+
+#: Which table id each name holds (`connector.destinations.held`), in the order recorded.
+_RECORD = sa.Table(
+    NAME_REGISTRY,
+    sa.MetaData(),
+    sa.Column("name", sa.Text(), primary_key=True),
+    sa.Column("table_id", sa.Text(), nullable=False),
+    sa.Column("seq", sa.BigInteger(), nullable=False),
+)
 
 
 # --- the table's shape ---------------------------------------------------------------------
@@ -163,7 +196,7 @@ def _sql_table(target: Target, name: str, *, marks: bool) -> sa.Table:
         else:
             columns.append(sa.Column(f.name, table.column(f.name).sql_type, quote=True))
     if marks:
-        columns.append(sa.Column(DELETED_AT, sa.DateTime(timezone=True), quote=True))
+        columns.append(sa.Column(target.deleted_name, sa.DateTime(timezone=True), quote=True))
     return sa.Table(name, sa.MetaData(), *columns, quote=True)
 
 
@@ -257,7 +290,7 @@ def _evolve(
 
 def _schema_of(table: sa.Table, target: Target) -> pa.Schema:
     """The Arrow schema rows of `table` are written with."""
-    return target.with_marks(DELETED_AT in table.c)
+    return target.with_marks(target.deleted_name in table.c)
 
 
 # --- writes --------------------------------------------------------------------------------
@@ -325,7 +358,7 @@ def _upsert(
     schema = target.schema  # the rows; a mark column is cleared, not written
     key = next(c for c in table.columns if c.primary_key)
     others = [c.name for c in table.columns if not c.primary_key and c.name in schema.names]
-    clear = update and DELETED_AT in table.c
+    clear = target.deleted_name if update and target.deleted_name in table.c else None
     rows_in = (conform(b, schema) for b in batches)
     if _copy_capable(conn):
         changes = sa.Table(
@@ -354,12 +387,13 @@ def _upsert(
 _ROWCOUNT = {"preserve_rowcount": True}
 
 
-def _on_conflict(insert: Any, key: sa.Column[Any], others: list[str], clear: bool) -> Any:
+def _on_conflict(insert: Any, key: sa.Column[Any], others: list[str], clear: str | None) -> Any:
+    """Insert, or update the held row (and clear its mark, the column `clear`)."""
     if not others:
         return insert.on_conflict_do_nothing(index_elements=[key])
     changes: dict[str, Any] = {name: insert.excluded[name] for name in others}
-    if clear:
-        changes[DELETED_AT] = None
+    if clear is not None:
+        changes[clear] = None
     return insert.on_conflict_do_update(index_elements=[key], set_=changes)
 
 
@@ -371,9 +405,9 @@ def _remove(conn: sa.Connection, table: sa.Table, target: Target, change: TableC
     for chunk in _id_chunks(change.deleted):
         statement: sa.Executable
         if change.mark:
-            stamp = table.c[DELETED_AT]
+            stamp = table.c[target.deleted_name]
             statement = table.update().where(key.in_(chunk), stamp.is_(None)).values(
-                {DELETED_AT: now}
+                {target.deleted_name: now}
             )
         else:
             statement = table.delete().where(key.in_(chunk))
@@ -439,8 +473,8 @@ def _select(
     """`columns` of the table's rows (with `live`, those not marked deleted; with
     `updated_after`, those changed later) as Arrow."""
     query = sa.select(*(table.c[n] for n in columns))
-    if live and DELETED_AT in table.c:
-        query = query.where(table.c[DELETED_AT].is_(None))
+    if live and target.deleted_name in table.c:
+        query = query.where(table.c[target.deleted_name].is_(None))
     if updated_after is not None and target.updated_name in table.c:
         after = updated_after if conn.dialect.name != "sqlite" else _naive_utc(updated_after)
         query = query.where(table.c[target.updated_name] > after)

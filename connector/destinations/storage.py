@@ -135,6 +135,10 @@ class Store(Protocol):
 
     def exists(self, name: str) -> bool: ...
 
+    def listing(self) -> dict[str, bool]:
+        """What the folder holds: each name, and whether it is a folder (empty when there is
+        no folder yet)."""
+
     def readable(self, name: str) -> Path | None:
         """A local path holding the file's current content (None: there is no such file)."""
 
@@ -164,6 +168,14 @@ class LocalStore:
 
     def exists(self, name: str) -> bool:
         return (self.directory / name).is_file()
+
+    def listing(self) -> dict[str, bool]:
+        try:
+            return {p.name: p.is_dir() for p in self.directory.iterdir()}
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise DestinationError(f"reading {self.directory} failed: {exc.strerror or exc}") from exc
 
     def readable(self, name: str) -> Path | None:
         path = self.directory / name
@@ -238,6 +250,18 @@ class ObjectStore:
     def exists(self, name: str) -> bool:
         with self.failures("reading", self.url_of(name)):
             return bool(self.fs.exists(self._key(name)))
+
+    def listing(self) -> dict[str, bool]:
+        with self.failures("reading", self.url):
+            try:
+                self.fs.invalidate_cache(self.root)
+                entries = self.fs.ls(self.root, detail=True)
+            except FileNotFoundError:
+                return {}
+        return {
+            str(e["name"]).rstrip("/").rpartition("/")[2]: e.get("type") == "directory"
+            for e in entries
+        }
 
     def get(self, name: str, local: Path) -> bool:
         """Download the object `name` to `local` (whole: written aside, then renamed);

@@ -1,9 +1,13 @@
-"""Which tables a run copies: resolved by the one resolver, their filters checked against
-their columns, every schema fetched at once, before anything is written.
+"""Which tables a run copies and what each is called in each destination: resolved by the
+one resolver, their filters checked against their columns, every schema fetched at once,
+every name given (`connector.naming`) and every column checked, before anything is written.
 
 An unknown table name or a filter naming a missing column is a ConfigError that leaves every
-destination (and every pushed table) as it was. A table id the listing lacks (a scoped key
-lists only what it may read) is fetched: a 403 skips it, a 404 is a TableNotFound.
+destination (and every pushed table) as it was, and so is a name that cannot be given
+(`NameClash`). A table id the listing lacks (a scoped key lists only what it may read) is
+fetched: a 403 skips it, a 404 is a TableNotFound. A table whose columns a destination
+cannot hold (two names it compares as one, a name too long) fails before any write, and the
+others go on.
 """
 
 from __future__ import annotations
@@ -14,33 +18,50 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connector.api import AsyncClient, Client
-from connector.api.models import TableSummary
-from connector.destinations.naming import target_names
+from connector.destinations import Destination
 from connector.errors import AuthError, ConfigError, ConnectorError, NotFound, PermissionDenied
 from connector.jobs.config import Job, key_path
+from connector.jobs.jobfile import quote
+from connector.naming import assign, column_problems
 from connector.results import Status, TableResult
 from connector.schema import Table
 
-__all__ = ["Chosen", "Filter", "choose"]
+__all__ = ["Chosen", "Filter", "Placement", "choose"]
 
 #: A table's filter as the API's filter object spells it: ``{column: {op: value}}``.
 Filter = dict[str, dict[str, Any]]
 
 
 @dataclass
+class Placement:
+    """One destination's names: each chosen table's (table id -> name), and what the
+    destination held before the run (name -> table id, None: not recorded)."""
+
+    names: dict[str, str]
+    held: dict[str, str | None]
+
+
+@dataclass
 class Chosen:
-    """What a run will copy: tables with their filters, their names in every destination,
-    the rows the listing gave each (a full read's progress bar), and the tables already
-    decided (skipped: the key may not read them; failed: deleted since listed)."""
+    """What a run will copy: tables with their filters, their names in each destination
+    (`placements`, in the job's order of destinations), the rows the listing gave each (a
+    full read's progress bar), and the tables already decided (skipped: the key may not read
+    them; failed: deleted since listed, or columns a destination cannot hold)."""
 
     tables: list[tuple[Table, Filter]] = field(default_factory=list)
-    names: dict[str, str] = field(default_factory=dict)
+    placements: list[Placement] = field(default_factory=list)
     listed_rows: dict[str, int] = field(default_factory=dict)
     decided: list[TableResult] = field(default_factory=list)
 
 
-def choose(client: Client, job: Job, note: Callable[[str, str], None]) -> Chosen:
-    """The tables of `job`'s selection; `note(table, text)` for a selection naming nothing."""
+def choose(
+    client: Client,
+    job: Job,
+    destinations: Sequence[Destination],
+    note: Callable[[str, str], None],
+) -> Chosen:
+    """The tables of `job`'s selection, named in each of `destinations`; `note(table, text)`
+    for a selection naming nothing."""
     from connector.tables import resolve_table, table_not_found
 
     selection = job.tables
@@ -68,8 +89,12 @@ def choose(client: Client, job: Job, note: Callable[[str, str], None]) -> Chosen
         resolve(name, f"tables.filter.{name}: "): conditions
         for name, conditions in selection.filters
     }
+    renames = {
+        resolve(value, f"tables.rename.{quote(value)}: " if not job.one_shot else "--rename: "): name
+        for value, name in selection.renames
+    }
     listed = {s.id for s in summaries}
-    chosen = Chosen(names=target_names(summaries), listed_rows={s.id: s.rows for s in summaries})
+    chosen = Chosen(listed_rows={s.id: s.rows for s in summaries})
     ids = [t for t in wanted if t not in excluded]
     for table_id, answer in zip(ids, client.run(_schemas(client.aio, ids)), strict=True):
         try:
@@ -88,11 +113,48 @@ def choose(client: Client, job: Job, note: Callable[[str, str], None]) -> Chosen
             name = next((s.name for s in summaries if s.id == table_id), table_id)
             chosen.decided.append(TableResult(name, table_id, status, error=str(exc)))
             continue
-        if table.id not in chosen.names:  # unlisted: an id asked for by a scoped key
-            unlisted = TableSummary(table.id, table.name, len(table.columns), 0, "")
-            chosen.names.update(target_names([unlisted, *summaries]))
         chosen.tables.append((table, _filter(job, table, filters.get(table.id, ()))))
+    _place(chosen, destinations, renames, job)
     return chosen
+
+
+def _place(
+    chosen: Chosen, destinations: Sequence[Destination], renames: dict[str, str], job: Job
+) -> None:
+    """Name every chosen table in each destination; a table with columns some destination
+    cannot hold is decided failed, naming them."""
+    tables = [(t.id, t.name) for t, _ in chosen.tables]
+    for destination in destinations:
+        held = destination.held()
+        where = destination.config.describe()
+        rules = destination.capabilities.names
+        names = assign(tables, rules, held, renames, where=where)
+        chosen.placements.append(Placement(names, held))
+    kept = []
+    for table, filter in chosen.tables:
+        problems = [
+            f"{d.config.describe()}: {problem}"
+            for d in destinations
+            for problem in column_problems(_columns(table, job), d.capabilities.names)
+        ]
+        if problems:
+            chosen.decided.append(TableResult(
+                table.name, table.id, "failed",
+                error="; ".join(problems) + " — nothing was written; rename the column "
+                "upstream, or leave the table out (tables.exclude, --exclude)",
+            ))
+        else:
+            kept.append((table, filter))
+    chosen.tables = kept
+
+
+def _columns(table: Table, job: Job) -> list[str]:
+    """The columns a destination holds for `table`: system and bookkeeping ones too."""
+    names = table.system_names()
+    own = [names["id"], names["created_at"], names["updated_at"]]
+    if job.deletes == "mark":
+        own.append(names["deleted_at"])
+    return [*own, *table.column_names]
 
 
 def _filter(job: Job, table: Table, conditions: Iterable[Any]) -> Filter:

@@ -252,11 +252,30 @@ class _OneShot(click.Command):
             raise
 
 
+def _renames_option(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> tuple[tuple[str, str], ...]:
+    """``--rename TABLE=NAME`` values as (table, name) pairs; a usage error naming one that
+    is not of that shape."""
+    out = []
+    for value in values:
+        table, sep, name = value.partition("=")
+        if not sep or not table or not name:
+            raise click.BadParameter(f"{value!r} is not TABLE=NAME", ctx, param)
+        out.append((table, name))
+    return tuple(out)
+
+
 def _shared(command: Callable[..., Any]) -> Callable[..., Any]:
     """Options both commands take."""
     for option in reversed([
         click.option("--table", "tables", multiple=True, metavar="NAME",
                      help="A table name or id (repeat for more). Default: every table."),
+        click.option("--rename", "renames", multiple=True, metavar="TABLE=NAME",
+                     callback=_renames_option,
+                     help="Give TABLE (a name or id; by id when its name holds '=') the name "
+                          "NAME in the destination (repeat for more). Default: its own name, "
+                          "or <name>-<table id> when another table has that name."),
         click.option("--page-size", type=click.IntRange(2, MAX_PAGE_SIZE),
                      default=DEFAULT_PAGE_SIZE, show_default=True, help="Rows per API request."),
         base_url_option,
@@ -287,13 +306,14 @@ def _shared(command: Callable[..., Any]) -> Callable[..., Any]:
 @_shared
 @click.pass_context
 def export(ctx: click.Context, out_dir: str, fmt: str, excel_safe: bool,
-           tables: tuple[str, ...], page_size: int, base_url: str | None,
-           max_concurrency: int | None, as_json: bool) -> None:
+           tables: tuple[str, ...], renames: tuple[tuple[str, str], ...], page_size: int,
+           base_url: str | None, max_concurrency: int | None, as_json: bool) -> None:
     """Export tables to Parquet, CSV, Delta Lake or Iceberg in a directory or object storage.
 
     One <table name>.parquet (or .csv, or a Delta or Iceberg table) per table, written aside
     and swapped in (uploaded whole, or one commit), so a failed export leaves the previous
-    one. A second table with a name already taken gets <table name>-<table id>. The API key
+    one. A table keeps the name the folder holds it under; a new table whose name another
+    table has (ignoring case; / and \\ count as _) gets <table name>-<table id>. The API key
     is read from CONNECTOR_API_KEY.
     """
     from connector.destinations.registry import make_config
@@ -306,7 +326,8 @@ def export(ctx: click.Context, out_dir: str, fmt: str, excel_safe: bool,
                                   excel_safe=excel_safe)
     except ConfigError as exc:
         _refuse(str(exc), "out_dir", as_json)
-    _one_shot(ctx, "export", destination, tables, page_size, base_url, max_concurrency, as_json)
+    _one_shot(ctx, "export", destination, tables, renames, page_size, base_url, max_concurrency,
+              as_json)
 
 
 export.help = (export.help or "") + _EXIT_CODES
@@ -328,8 +349,8 @@ export.help = (export.help or "") + _EXIT_CODES
 @_shared
 @click.pass_context
 def load(ctx: click.Context, url: str, mode: str, deletes: str, tables: tuple[str, ...],
-         page_size: int, base_url: str | None, max_concurrency: int | None,
-         as_json: bool) -> None:
+         renames: tuple[tuple[str, str], ...], page_size: int, base_url: str | None,
+         max_concurrency: int | None, as_json: bool) -> None:
     """Load tables into a SQL database, one SQL table per table.
 
     Each table is written in one transaction: replace swaps it in, so readers never see it
@@ -345,8 +366,8 @@ def load(ctx: click.Context, url: str, mode: str, deletes: str, tables: tuple[st
                                   base=Path.cwd())
     except ConfigError as exc:
         _refuse(str(exc), "url", as_json)
-    _one_shot(ctx, "load", destination, tables, page_size, base_url, max_concurrency, as_json,
-              deletes=deletes if mode == "merge" else "keep")
+    _one_shot(ctx, "load", destination, tables, renames, page_size, base_url, max_concurrency,
+              as_json, deletes=deletes if mode == "merge" else "keep")
 
 
 load.help = (load.help or "") + _EXIT_CODES
@@ -383,8 +404,8 @@ def _refused_json(command: str, message: str) -> None:
 
 
 def _one_shot(ctx: click.Context, command: str, destination: Any, tables: tuple[str, ...],
-              page_size: int, base_url: str | None, max_concurrency: int | None,
-              as_json: bool, *, deletes: str = "keep") -> None:
+              renames: tuple[tuple[str, str], ...], page_size: int, base_url: str | None,
+              max_concurrency: int | None, as_json: bool, *, deletes: str = "keep") -> None:
     verb = "exported" if command == "export" else "loaded"
 
     def body() -> RunSummary:
@@ -393,7 +414,7 @@ def _one_shot(ctx: click.Context, command: str, destination: Any, tables: tuple[
 
         job = one_shot_job(command, destination, tables=tables, base_url=base_url,
                            page_size=page_size, max_concurrency=max_concurrency,
-                           deletes=deletes)  # type: ignore[arg-type]
+                           deletes=deletes, renames=renames)  # type: ignore[arg-type]
         return run_job(job, show_progress=None)
 
     def text(summary: RunSummary) -> None:

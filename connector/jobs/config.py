@@ -165,6 +165,9 @@ class TableSelection:
     include: tuple[str, ...] | None = None  # None: every table the key can read
     exclude: tuple[str, ...] = ()
     filters: tuple[tuple[str, tuple[Condition, ...]], ...] = ()
+    #: Names asked for in the destinations (``[tables.rename]``, ``--rename``): a table (as
+    #: the resolver reads it) and its name (`connector.naming`, rule 5).
+    renames: tuple[tuple[str, str], ...] = ()
 
 
 
@@ -215,10 +218,12 @@ def one_shot_job(
     page_size: int = 100,
     max_concurrency: int | None = None,
     deletes: DeletePolicy = "keep",
+    renames: Sequence[tuple[str, str]] = (),
 ) -> Job:
     """The job a command (`export`, `load`) runs: `tables` (default every one) read in full
     into `destination`, with the URL and key from the usual environment variables. A
-    merging load applies deletions as `deletes` says (every live id is read)."""
+    merging load applies deletions as `deletes` says (every live id is read); `renames`
+    names tables in the destination (``--rename``)."""
     source = Source(
         base_url=base_url.rstrip("/") if base_url else None,
         base_url_env=DEFAULT_BASE_URL_ENV,
@@ -230,7 +235,7 @@ def one_shot_job(
         path=Path(command),
         name=command,
         source=source,
-        tables=TableSelection(include=tuple(tables) or None),
+        tables=TableSelection(include=tuple(tables) or None, renames=tuple(renames)),
         destinations=(destination,),
         incremental=False,
         deletes=deletes,
@@ -360,6 +365,7 @@ class _Parser(JobFile):
         if include is not None and not include:
             raise self.error("tables.include", "is empty; leave it out to sync every table")
         filters_data = section.get("filter")
+        renames_data = section.get("rename")
         section.done()
         filters: list[tuple[str, tuple[Condition, ...]]] = []
         if filters_data is not None:
@@ -373,7 +379,17 @@ class _Parser(JobFile):
                         f"tables.filter.{quote(table)}",
                         "filters a table that tables.include leaves out",
                     )
-        return TableSelection(include=include, exclude=exclude, filters=tuple(filters))
+        renames: list[tuple[str, str]] = []
+        if renames_data is not None:
+            by_table = Section(self, renames_data, "tables.rename")
+            for table in list(by_table.data):
+                name = by_table.string(table)
+                assert name is not None  # present: it is a key of the table
+                renames.append((table, name))
+            by_table.done()
+        return TableSelection(
+            include=include, exclude=exclude, filters=tuple(filters), renames=tuple(renames)
+        )
 
     def conditions(self, data: Any, where: str) -> tuple[Condition, ...]:
         section = Section(self, data, where)

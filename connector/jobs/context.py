@@ -15,11 +15,13 @@ from dataclasses import asdict, replace
 from typing import Any, Protocol
 
 from connector.api import Client
-from connector.destinations import Destination
+from connector.destinations import Destination, Target
+from connector.jobs.choose import Placement
 from connector.jobs.config import Job
 from connector.jobs.state import JobState, TableState, save_state
 from connector.progress import Progress
 from connector.results import TableResult
+from connector.schema import Table
 
 __all__ = ["Reporter", "RunContext"]
 
@@ -44,7 +46,7 @@ class RunContext:
         verify: bool,
         emit: Reporter,
         show_progress: bool | None,
-        names: dict[str, str],
+        placements: Sequence[Placement],
         listed_rows: dict[str, int],
     ) -> None:
         self.job = job
@@ -55,7 +57,8 @@ class RunContext:
         self.verify = verify
         self.emit = emit
         self.show_progress = show_progress
-        self.names = names
+        #: Each destination's names for the tables (`connector.jobs.choose.Placement`).
+        self.placements = list(placements)
         self.listed_rows = listed_rows
         #: Every result so far: a run stopped by a bad key still reports them.
         self.results: list[TableResult] = []
@@ -69,6 +72,20 @@ class RunContext:
         #: State changes not yet written (an unchanged table's settled window), saved with
         #: the next write of the state file.
         self._unsaved = False
+
+    def targets(self, table: Table) -> list[Target]:
+        """`table` in each destination: its rows and its name there."""
+        return [Target(table, p.names[table.id]) for p in self.placements]
+
+    def claim(self, index: int, target: Target) -> None:
+        """Record in destination `index` that `target`'s name holds its table (after its
+        first commit there), unless it already says so."""
+        placement, table_id = self.placements[index], target.table.id
+        with self._lock:
+            if placement.held.get(target.name) == table_id:
+                return
+            self.destinations[index].claim({target.name: table_id})
+            placement.held[target.name] = table_id
 
     def record(self, result: TableResult) -> TableResult:
         with self._lock:

@@ -44,7 +44,7 @@ __all__ = ["deleted_ids"]
 
 def deleted_ids(
     reads: TableReads,
-    target: Target,
+    targets: Sequence[Target],
     destinations: Sequence[Destination],
     merges: Sequence[bool],
     spool: Spool,
@@ -56,17 +56,19 @@ def deleted_ids(
     destination holds after the write (None: not counted).
 
     Only a merging destination (every one, on an incremental read) has rows deleted; a
-    replace or an append beside it takes none. `present`: the ids a full read saw (None:
+    replace or an append beside it takes none. `targets`: the table in each destination.
+    `present`: the ids a full read saw (None:
     an incremental read, whose snapshot `since` the count check re-reads from).
     """
     nothing = [no_ids() for _ in destinations]
     if not any(merges):
         return None, nothing
     read = spool.ids()
-    merging = [d for d, merge in zip(destinations, merges, strict=True) if merge]
+    merging = [(d, t) for d, t, merge in zip(destinations, targets, merges, strict=True) if merge]
+    id_name = targets[0].id_name
     if present is None:
         assert since is not None
-        held = _unless_nothing_deleted(reads, target, merging, read, since)
+        held = _unless_nothing_deleted(reads, merging, read, since)
         if held is not None:
             return held, nothing
         present = reads.ids()
@@ -75,14 +77,14 @@ def deleted_ids(
     # Read here but not listed by the id pass after: deleted during this run.
     vanished = concat_ids(
         b.column(0).filter(arrow_mask(~present.contains(b.column(0))))
-        for b in spool.batches(columns=[target.id_name])
+        for b in spool.batches(columns=[id_name])
     ) if len(read.minus(present)) else no_ids()
-    for destination, merge in zip(destinations, merges, strict=True):
+    for destination, target, merge in zip(destinations, targets, merges, strict=True):
         if not merge:
             gone.append(no_ids())
             continue
         count, chunks = 0, [vanished]
-        for batch in destination.scan(target, [target.id_name]):
+        for batch in destination.scan(target, [id_name]):
             ids = batch.column(0)
             hashes = hash_ids(ids)
             count += len(ids) - int(read.contains_hashes(hashes).sum())
@@ -95,8 +97,7 @@ def deleted_ids(
 
 def _unless_nothing_deleted(
     reads: TableReads,
-    target: Target,
-    destinations: Sequence[Destination],
+    destinations: Sequence[tuple[Destination, Target]],
     read: IdSet,
     since: str,
 ) -> int | None:
@@ -108,7 +109,7 @@ def _unless_nothing_deleted(
     newer = reads.ids({**reads.filter, "updated_at": {"gt": since}})
     extra = read | newer
     first: int | None = None
-    for destination in destinations:
+    for destination, target in destinations:
         count = in_read = in_extra = 0
         for batch in destination.scan(target, [target.id_name]):
             hashes = hash_ids(batch.column(0))

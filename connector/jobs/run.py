@@ -209,7 +209,9 @@ class _Runner:
             ))
             chosen = None
             if destinations:  # a bad filter stops the pushes too
-                chosen = choose(client, job, lambda t, n: self.emit("note", table=t, note=n))
+                chosen = choose(
+                    client, job, destinations, lambda t, n: self.emit("note", table=t, note=n)
+                )
             for spec in job.pushes:
                 raise_if_stopped()
                 self.pushing = spec
@@ -218,8 +220,8 @@ class _Runner:
             if chosen is not None:
                 self.context = RunContext(
                     job, client, state, destinations, dry_run=self.dry_run, verify=self.verify,
-                    emit=self.emit, show_progress=self.show_progress, names=chosen.names,
-                    listed_rows=chosen.listed_rows,
+                    emit=self.emit, show_progress=self.show_progress,
+                    placements=chosen.placements, listed_rows=chosen.listed_rows,
                 )
                 self.tables = run_tables(self.context, chosen)
                 state = self.context.state

@@ -63,12 +63,16 @@ class TableSync:
         self.filter = filter
         self.tmp = tmp
         self.destinations = context.destinations
-        self.target = Target(table, context.names.get(table.id, table.name))
+        #: The table in each destination (its name there); `target` for what they share.
+        self.placed = context.targets(table)
+        self.target = Target(table, table.name)
         self.reads = TableReads(
             context.client, table, filter, self.job.source.page_size, self.job.lookback, self.note
         )
         self.fingerprint = fingerprint(table, filter)
-        self.targets = tuple(d.locate(self.target) for d in self.destinations)
+        self.targets = tuple(
+            d.locate(t) for d, t in zip(self.destinations, self.placed, strict=True)
+        )
 
     def note(self, text: str) -> None:
         self.context.note(self.table.name, text)
@@ -83,8 +87,8 @@ class TableSync:
         previous = None if job.one_shot else self.context.state.table(table.id)
         with self.context.writing(self.destinations):  # what each holds, where it matters:
             stored = [  # an incremental read needs every table there; a merge or append evolves
-                d.stored(self.target) if job.incremental or d.config.mode != "replace" else None
-                for d in self.destinations
+                d.stored(t) if job.incremental or d.config.mode != "replace" else None
+                for d, t in zip(self.destinations, self.placed, strict=True)
             ]
         ops = self._column_changes(previous, stored)
         changes = tuple(map(str, ops))
@@ -176,7 +180,7 @@ class TableSync:
 
     def _stream(self, ops: tuple[SchemaOp, ...], changes: tuple[str, ...]) -> TableResult:
         """One destination, nothing to merge: straight from the reader into it, no spool."""
-        (destination,) = self.destinations
+        (destination,), (target,) = self.destinations, self.placed
         newest, served_at = (
             self.reads.newest_or_none(self.filter) if self.job.incremental else (None, None)
         )
@@ -184,7 +188,8 @@ class TableSync:
         with self._bar() as bar:
             rows = tap(counted(self.reads.rows(), bar))
             mode = destination.config.mode
-            done = destination.apply(self.target, TableChange(mode, rows, evolve=ops))
+            done = destination.apply(target, TableChange(mode, rows, evolve=ops))
+            self.context.claim(0, target)
         self._save(newest or tap.cursor or EPOCH, self.reads.settled(served_at), done.written)
         return self.result(
             status="ok", read="full", rows_read=tap.rows, rows_written=done.written,
@@ -212,11 +217,11 @@ class TableSync:
             rows, gone = None, [no_ids() for _ in self.destinations]
         else:
             rows, gone = deleted_ids(
-                self.reads, self.target, self.destinations, merges, spool,
+                self.reads, self.placed, self.destinations, merges, spool,
                 since=since, present=present,
             )
-        same = [self._unchanged(window, d, previous) if merge else no_ids()
-                for d, merge in zip(self.destinations, merges, strict=True)]
+        same = [self._unchanged(window, d, t, previous) if merge else no_ids()
+                for d, t, merge in zip(self.destinations, self.placed, merges, strict=True)]
         read = spool.ids()
         window_rows = 0 if window is None else window.num_rows
         late = window_rows - max((len(s) for s in same), default=0) if window_rows else 0
@@ -229,7 +234,9 @@ class TableSync:
             )
         raise_if_stopped()  # a stop swallowed during the read: write nothing
         done: list[Committed] = []
-        for destination, g, s, merge in zip(self.destinations, gone, same, merges, strict=True):
+        for index, (destination, target, g, s, merge) in enumerate(
+            zip(self.destinations, self.placed, gone, same, merges, strict=True)
+        ):
             mode = "merge" if merge else destination.config.mode
             skip = concat_ids([g, s])
             change = TableChange(
@@ -240,11 +247,13 @@ class TableSync:
                 evolve=ops,
                 ids=read.minus(IdSet.of([skip])),
             )
-            done.append(destination.apply(self.target, change))
+            done.append(destination.apply(target, change))
+            self.context.claim(index, target)
         if rows is None:  # not counted on the way: count what the first merging one holds
-            merging = [d for d, m in zip(self.destinations, merges, strict=True) if m]
+            merging = [(d, t) for d, t, m in zip(self.destinations, self.placed, merges, strict=True)
+                       if m]
             rows = sum(
-                b.num_rows for b in merging[0].scan(self.target, [self.target.id_name])
+                b.num_rows for b in merging[0][0].scan(merging[0][1], [self.target.id_name])
             ) if merging else spool.rows
         self._save(cursor, settled, rows)
         return self.result(
@@ -273,7 +282,11 @@ class TableSync:
         return pa.concat_tables(parts) if parts else None
 
     def _unchanged(
-        self, window: pa.Table | None, destination: Any, previous: TableState | None
+        self,
+        window: pa.Table | None,
+        destination: Any,
+        target: Target,
+        previous: TableState | None,
     ) -> pa.Array:
         """The window's rows `destination` holds as they are (same id, same ``updated_at``):
         read again, but neither rewritten nor counted.
@@ -285,7 +298,7 @@ class TableSync:
         since = lower_bound(previous.cursor, previous.settled, self.job.lookback)
         hashes, stamps = [], []
         columns = [self.target.id_name, self.target.updated_name]
-        for batch in destination.scan(self.target, columns, updated_after=parse(since)):
+        for batch in destination.scan(target, columns, updated_after=parse(since)):
             if batch.num_columns < 2:
                 return no_ids()
             hashes.append(hash_ids(batch.column(0)))
@@ -322,17 +335,18 @@ class TableSync:
             read = spool.ids()
             raise_if_stopped()
             with self.context.writing(self.destinations):
-                for destination, merge in zip(
-                    self.destinations, self._merges(job.incremental), strict=True
-                ):
+                for index, (destination, placed, merge) in enumerate(zip(
+                    self.destinations, self.placed, self._merges(job.incremental), strict=True
+                )):
                     if not merge:  # replaced or appended, as a full run does
                         mode = destination.config.mode
                         done = destination.apply(
-                            target, TableChange(mode, spool.batches(), evolve=ops)
+                            placed, TableChange(mode, spool.batches(), evolve=ops)
                         )
+                        self.context.claim(index, placed)
                         written = max(written, done.written)
                         continue
-                    held = (batch_digest(b, names) for b in destination.scan(target, names))
+                    held = (batch_digest(b, names) for b in destination.scan(placed, names))
                     missing, different, extra = upstream.compare(held, spool)
                     if job.deletes == "keep":
                         extra = no_ids()
@@ -340,10 +354,11 @@ class TableSync:
                     rewrite = IdSet.of([missing, different])
                     if len(rewrite) or len(extra) or ops:
                         only = concat_ids([missing, different])
-                        done = destination.apply(target, TableChange(
+                        done = destination.apply(placed, TableChange(
                             "merge", spool.batches(only=only), deleted=extra,
                             mark=job.deletes == "mark", evolve=ops, ids=rewrite,
                         ))
+                        self.context.claim(index, placed)
                         written = max(written, done.written)
                         deleted = max(deleted, done.deleted)
             self._save(newest or spool.cursor or EPOCH, self.reads.settled(served_at), len(read))

@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from connector.destinations import DELETED_AT, Target, open_destination
+from connector.destinations import Target, open_destination
 from connector.destinations.evolve import (
     AddColumn,
     ChangeOptions,
@@ -32,6 +32,9 @@ from connector.ids import IdSet
 from connector.schema import Column, Table, arrow_schema
 from tests.destinations.helpers import Place, arrow_kind, to_batches
 from tests.destinations.samples import OPTIONS, ROWS, T0, TABLE, numbered
+
+#: The mark column of TABLE (none of its columns has the name).
+DELETED_AT = "_deleted_at"
 
 PLACES = ["parquet", "sqlite", "postgresql", "duckdb", "delta", "parquet-s3", "delta-s3"]
 

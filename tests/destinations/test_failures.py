@@ -25,7 +25,8 @@ from click.testing import CliRunner
 
 from connector.cli import main
 from connector.destinations.formats import excel_safe, excel_safe_batch
-from connector.destinations.naming import NAME_BYTES, fit_name
+from connector.destinations.registry import FILE_NAME_BYTES, kind
+from connector.naming import spell
 from tests.fixtures.server import ROOT, RunningServer, free_port
 
 FORMULAS = ["=1+1", "+41", "-2", "@SUM(A1)", "\tx", "plain", "a=b", ""]
@@ -179,10 +180,10 @@ def test_excel_safe_needs_csv(server: RunningServer, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["x" * 300, "é" * 200, "表" * 120, "ok"])
-def test_fit_name(name: str) -> None:
-    fitted = fit_name(name, "tbl_0123456789ab")
-    assert len(fitted.encode("utf-8")) <= NAME_BYTES
-    if len(name.encode()) <= NAME_BYTES:
+def test_a_name_too_long_for_a_file_is_cut_and_ends_in_its_id(name: str) -> None:
+    fitted = spell(name, "tbl_0123456789ab", kind("parquet").capabilities.names)
+    assert len(fitted.encode("utf-8")) <= FILE_NAME_BYTES
+    if len(name.encode()) <= FILE_NAME_BYTES:
         assert fitted == name
     else:
         assert fitted.endswith("-tbl_0123456789ab")
