@@ -42,7 +42,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from connector.server import openapi, query
-from connector.server.columns import TableDef
+from connector.server.columns import TableDef, parse_json
 from connector.server.faults import BadSetting, Faults, disturb_read
 from connector.server.keys import ApiKey
 from connector.server.late import LateWrites
@@ -174,8 +174,8 @@ async def json_body(request: Request, max_body: int, timeout: float) -> dict[str
     if not data.strip():
         raise bad_request("this request needs a JSON body")
     try:
-        parsed = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
+        parsed = parse_json(data)
+    except ValueError as exc:
         raise bad_request(f"the body is not valid JSON: {exc}") from None
     if not isinstance(parsed, dict):
         raise bad_request("the body must be a JSON object")
