@@ -15,7 +15,9 @@ filters are read by `parse_json`, which keeps a wider integer literal as a `Wide
 column to refuse, where orjson would round it into a float.
 
 Names of tables and columns never hold control characters (C0, DEL, C1, the Unicode line
-and paragraph separators): they are printed in logs, terminals and file names.
+and paragraph separators) nor the bidirectional formatting ones (U+061C, U+200E, U+200F,
+U+202A-U+202E, U+2066-U+2069): they are printed in logs, terminals and file names, where
+the first can rewrite a screen and the second make "gpj.exe" show as "exe.jpg".
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import datetime as dt
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -36,9 +39,7 @@ from connector.server.problems import ApiProblem, echo, invalid
 TYPES: tuple[str, ...] = ("text", "choice", "number", "checkbox", "date")
 
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
-_CONTROL = "\x00-\x1f\x7f-\x9f\u2028\u2029"
-_BAD_TABLE_NAME_CHARS = re.compile(f"[{_CONTROL}]")
-_BAD_NAME_CHARS = re.compile(f'["\\\\{_CONTROL}]')
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 #: Digits in a row: only a number written with as many can be an integer outside 64 bits.
 _LONG_DIGITS = re.compile(rb"[0-9]{19}")
@@ -244,8 +245,8 @@ def parse_spec(spec: Any) -> tuple[str, tuple[ColumnDef, ...]]:
     name = spec.get("name")
     if not isinstance(name, str) or not name.strip():
         raise SpecError("the table spec needs a non-empty string `name`")
-    if _BAD_TABLE_NAME_CHARS.search(name):
-        raise SpecError(f"table name {name!r} holds control characters; use printable characters only")
+    if control := _control(name):
+        raise SpecError(f"table name {name!r} holds {control}; use printable characters only")
     raw_columns = spec.get("columns")
     if not isinstance(raw_columns, list) or not raw_columns:
         raise SpecError(f"table {name!r}: `columns` must be a non-empty list")
@@ -269,8 +270,10 @@ def parse_column(raw: Any, where: str) -> ColumnDef:
     if unknown:
         raise SpecError(f"{where}: unknown keys {sorted(unknown)}")
     name = raw.get("name")
-    if not isinstance(name, str) or not name or _BAD_NAME_CHARS.search(name):
+    if not isinstance(name, str) or not name or '"' in name or "\\" in name:
         raise SpecError(f"{where}: `name` must be a non-empty string without quotes, backslashes or control characters")
+    if control := _control(name):
+        raise SpecError(f"{where}: `name` {name!r} holds {control}; use printable characters only")
     kind = raw.get("type", "text")
     if kind not in TYPES:
         raise SpecError(f"{where} ({name!r}): type {kind!r} is not one of {list(TYPES)}")
@@ -290,6 +293,16 @@ def parse_column(raw: Any, where: str) -> ColumnDef:
     if options is not None:
         raise SpecError(f"{where} ({name!r}): only choice columns take `options`")
     return ColumnDef(name, kind, required)
+
+
+def _control(name: str) -> str:
+    """The first control or bidirectional formatting character in `name`, in words; "" if none."""
+    found = _CONTROL.search(name)
+    if found is None:
+        return ""
+    char = found.group()
+    title = unicodedata.name(char, "")  # C0 and C1 controls have none
+    return f"a control character (U+{ord(char):04X}{', ' + title if title else ''})"
 
 
 def is_date(value: str) -> bool:

@@ -244,6 +244,8 @@ REFUSED: list[tuple[list[str], str]] = [
     (["rename-column", "Deals", "Code", "Stage"], "has a column 'Stage' already"),
     (["rename-column", "Deals", "Cod", "Ref"], "has no column 'Cod'"),
     (["rename-column", "Deals", "Code", 'Re"f'], "quotes"),
+    (["rename-column", "Deals", "Code", "Re\u202ef"], "control character (U+202E"),
+    (["add-column", "Deals", "\u2067Size", "number"], "control character (U+2067"),
     (["retype-column", "Deals", "Name", "number"], "column 'Name' is required, and 'a' does not convert"),
     (["retype-column", "Deals", "Code", "money"], "type 'money' is not one of"),
     (["retype-column", "Deals", "Amount", "number"], "is number already"),

@@ -336,14 +336,31 @@ def test_failed_authentications_count_against_the_rate_limit(server_factory: Ser
 # -- names ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["Bad\x1b[31mName", "Line\nBreak", "Tab\there", "del\x7f", "c1\x85", "ls\u2028"])
-def test_table_names_with_control_characters_are_refused(server: RunningServer, name: str) -> None:
-    with pytest.raises(SpecError, match="control characters"):
+#: The bidirectional formatting characters: one can make "gpj.exe" print as "exe.jpg".
+BIDI = ["\u061c", "\u200e", "\u200f", "\u202a", "\u202b", "\u202c", "\u202d", "\u202e",
+        "\u2066", "\u2067", "\u2068", "\u2069"]
+
+
+@pytest.mark.parametrize("name", ["Bad\x1b[31mName", "Line\nBreak", "Tab\there", "del\x7f", "c1\x85", "ls\u2028",
+                                  *(f"abc{char}gpj.exe" for char in BIDI)])
+def test_names_with_control_or_bidi_characters_are_refused_everywhere_a_name_is_given(
+    server: RunningServer, name: str
+) -> None:
+    bad = next(c for c in name if not (c.isprintable() or c == " "))
+    named = f"control character (U+{ord(bad):04X}"
+    with pytest.raises(SpecError, match=re.escape(named)):
         server.create_table({"name": name, "columns": [{"name": "A", "type": "text"}]})
-    with pytest.raises(SpecError, match="control characters"):
+    with pytest.raises(SpecError, match=re.escape(named)):
         server.create_table({"name": "Fine", "columns": [{"name": name, "type": "text"}]})
     with server.client() as client:
         assert client.get("/tables").json() == {"tables": []}
+    table = server.create_table({"name": "Fine", "columns": [{"name": "A", "type": "text"}]})
+    with pytest.raises(SpecError, match=re.escape(named)):
+        server.add_column(table, name, "text")
+    with pytest.raises(SpecError, match=re.escape(named)):
+        server.rename_column(table, "A", name)
+    with server.client() as client:
+        assert [c["name"] for c in client.get(f"/tables/{table}").json()["columns"]] == ["A"]
 
 
 # -- connections (issue 19) ------------------------------------------------------------------
