@@ -36,6 +36,7 @@ drives every path over real sockets.
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from collections.abc import Callable
 from http import HTTPStatus
@@ -46,7 +47,7 @@ import orjson
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from connector.server.limits import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_HEAD_BYTES
-from connector.server.problems import ApiProblem, echo
+from connector.server.problems import ApiProblem
 
 #: Seconds a refused connection keeps reading (and dropping) what the client still sends.
 LINGER_SECONDS = 2.0
@@ -92,11 +93,12 @@ class Connection(H11Protocol):
         super().connection_lost(exc)
 
     def send_400_response(self, msg: str) -> None:
-        """h11 found the request malformed (uvicorn logged it): answer in our error body."""
+        """h11 found the request malformed (uvicorn logged it): answer in our error body,
+        in h11's words without the request's bytes they quote (`malformed`)."""
         error = sys.exc_info()[1]  # uvicorn calls this while handling h11's error
         if getattr(error, "error_status_hint", 400) == 431 and self._head_too_large(b""):
             return  # h11's own bound on a head that arrived in pieces: refused as ours
-        self._refuse(400, f"not a valid HTTP/1.1 request: {echo(str(error or msg))}")
+        self._refuse(400, f"not a valid HTTP/1.1 request: {malformed(str(error or msg))}")
 
     # -- deadlines ------------------------------------------------------------------------
 
@@ -171,6 +173,24 @@ class Connection(H11Protocol):
             self.transport.write_eof()
         self.transport.resume_reading()
         self._linger = self.loop.call_later(LINGER_SECONDS, self.transport.close)
+
+
+#: Where h11's words end and the request's bytes it quotes begin: "...line: bytearray(b'...".
+_QUOTE = re.compile(r"""(?:bytearray\()?b?['"]""")
+#: A header's name, before the colon of its line.
+_NAME = re.compile(r"([!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}):")
+
+
+def malformed(message: str) -> str:
+    """h11's `message` without the bytes of the request it quotes; of a header line only
+    the header's name is kept. Such a line may be ``Authorization: Bearer <key>`` with a
+    NUL in it: no part of a line's value is ever repeated."""
+    quote = _QUOTE.search(message)
+    if quote is None:
+        return message  # h11's words alone ("bad Content-Length")
+    words = message[: quote.start()].rstrip(": ")
+    name = _NAME.match(message, quote.end()) if words.endswith("header line") else None
+    return words + (f" (the {name.group(1)!r} header)" if name else "")
 
 
 def connection_class(

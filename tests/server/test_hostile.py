@@ -333,6 +333,77 @@ def test_failed_authentications_count_against_the_rate_limit(server_factory: Ser
         assert client.get("/tables").status_code == 429  # no key at all counts as a failure too
 
 
+# -- credentials -----------------------------------------------------------------------------
+
+
+def authorization_lines(key: str) -> dict[str, bytes]:
+    """Header lines that carry `key` in ways a server may refuse: (what, the line's bytes)."""
+    raw = key.encode()
+    return {
+        "a NUL after it": b"Authorization: Bearer " + raw + b"\x00",
+        "a NUL inside it": b"Authorization: Bearer " + raw[:20] + b"\x00" + raw[20:],
+        "a NUL before it": b"Authorization: Bearer \x00" + raw,
+        "a DEL inside it": b"Authorization: Bearer " + raw[:30] + b"\x7f" + raw[30:],
+        "a bare CR inside it": b"Authorization: Bearer " + raw[:10] + b"\r" + raw[10:],
+        "non-ASCII (UTF-8) in it": b"Authorization: Bearer " + raw + "é—".encode(),
+        "non-ASCII (Latin-1) in it": b"Authorization: Bearer \xe9" + raw,
+        "a space inside it": b"Authorization: Bearer " + raw[:25] + b" " + raw[25:],
+        "no colon after the name": b"Authorization Bearer " + raw,
+        "no scheme": b"Authorization: " + raw,
+        "a folded line": b"Authorization: Bearer\r\n " + raw,
+        "50 KB of it": b"Authorization: Bearer " + raw * (50_000 // len(raw)),
+        "100 KB of it": b"Authorization: Bearer " + raw * (100_000 // len(raw)),
+    }
+
+
+def assert_no_part_of(secret: str, text: str, where: str) -> None:
+    """No 6 characters in a row of `secret` appear in `text` (a cut echo is a leak too)."""
+    for i in range(len(secret) - 5):
+        assert secret[i : i + 6] not in text, f"{where}: {secret[i : i + 6]!r} of the key is in {text[:300]!r}"
+
+
+def test_no_answer_or_log_line_repeats_any_part_of_a_key_in_a_bad_authorization_header(
+    server: RunningServer,
+) -> None:
+    table = server.create_table(PEOPLE)
+    secret = server.api_key.removeprefix("key_")
+    before = len(server.log())
+    for what, line in authorization_lines(server.api_key).items():
+        for target in (b"/v1/tables", f"/v1/tables/{table}/rows".encode()):
+            with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+                sock.sendall(b"GET " + target + b" HTTP/1.1\r\nHost: test\r\nConnection: close\r\n" + line + b"\r\n\r\n")
+                answer, _ = read_answer(sock, timeout=10)
+            status, body = parsed(answer)
+            assert status in (200, 400, 401, 431), (what, answer[:300])  # 200: h11 unfolds a line
+            assert status == 200 or set(body["error"]) == {"code", "message"}, what
+            if what.startswith("a NUL"):
+                assert "illegal header line (the 'Authorization' header)" in body["error"]["message"], body
+            assert_no_part_of(secret, answer.decode("latin-1"), what)
+    assert_no_part_of(secret, server.log()[before:], "the server's log")
+    with server.client() as client:
+        assert client.get("/tables").status_code == 200  # the key still works
+
+
+def test_a_key_sent_where_a_name_an_id_or_a_value_goes_is_not_repeated(server: RunningServer) -> None:
+    table = server.create_table(PEOPLE)
+    key = server.api_key
+    with server.client() as client:
+        for response in (
+            client.get(f"/tables/{key}"),
+            client.get(f"/tables/{table}/rows/{key}"),
+            client.patch(f"/tables/{table}/rows/row_{key}", json={"fields": {"Name": "x"}}),
+            client.get(f"/tables/{table}/rows", params={"sort": key}),
+            client.get(f"/tables/{table}/rows", params={"sort": "x" * 70 + key}),
+            client.get(f"/tables/{table}/rows", params={"filter": json.dumps({key: {"eq": 1}})}),
+            client.get(f"/tables/{table}/rows", params={"filter": json.dumps({"Name": {key: 1}})}),
+            client.post(f"/tables/{table}/rows", json={"fields": {"Name": "x", "Status": key}}),
+            client.post(f"/tables/{table}/rows", json={"fields": {"Name": "x", key: 1}}),
+            client.post(f"/tables/{table}/rows", content=b"{}", headers={"content-type": f"text/{key}"}),
+        ):
+            assert 400 <= response.status_code < 500, response.text
+            assert_no_part_of(key.removeprefix("key_"), response.text, f"{response.request.method} {response.request.url}")
+
+
 # -- names ----------------------------------------------------------------------------------
 
 
