@@ -9,7 +9,11 @@ uvicorn closes a connection idle between requests (`timeout_keep_alive`, our
   of such clients hold as many connections as they like;
 - h11 refuses a head over its bound only when it arrived in pieces (one read of 100 KB
   passes), with a plain-text 400, and uvicorn then closes with the rest of the request
-  unread: the client's kernel gets a reset, and the client often never reads the answer.
+  unread: the client's kernel gets a reset, and the client often never reads the answer;
+- the same reset follows any answer that closes the connection (a 413, or a request sent
+  with ``Connection: close``) while the client is still sending a body nobody read;
+- h11's 400 for a malformed head quotes the line at fault, which may be the
+  ``Authorization`` header and its key.
 
 `Connection` is uvicorn's `H11Protocol` (``uvicorn.run(http=...)`` takes the class) with:
 
@@ -22,14 +26,17 @@ uvicorn closes a connection idle between requests (`timeout_keep_alive`, our
                      answers 408
     head size        a head over `max_head_bytes` bytes: 414 when the request line alone
                      is, else 431, however the bytes arrived
-    lingering close  each refusal goes out in the API's error body; then the connection
-                     stops writing and reads, and drops, what the client still sends, until
-                     it closes or `LINGER_SECONDS` pass: the client reads the answer, not a
-                     reset
+    lingering close  each refusal goes out in the API's error body, h11's in its words
+                     without the bytes they quote (`malformed`); then the connection stops
+                     writing and reads, and drops, what the client still sends, until it
+                     closes or `LINGER_SECONDS` pass: the client reads the answer, not a
+                     reset. So does an app's answer that closes the connection while the
+                     client is still sending its body (a request's cycle closes through
+                     `_CycleTransport`).
 
-It leans on H11Protocol's hooks (`connection_made`, `data_received`,
-`on_response_complete`, `send_400_response`) and its `conn` and `transport`, and on h11's
-public states: uvicorn is pinned in .ci/constraints.txt, and tests/server/test_hostile.py
+It leans on H11Protocol's hooks (`connection_made`, `data_received`, `handle_events`,
+`on_response_complete`, `send_400_response`) and its `conn`, `cycle` and `transport`
+(and on the cycle's `transport`), and on h11's public states: uvicorn is pinned in .ci/constraints.txt, and tests/server/test_hostile.py
 drives every path over real sockets.
 """
 
@@ -40,7 +47,7 @@ import re
 import sys
 from collections.abc import Callable
 from http import HTTPStatus
-from typing import Any
+from typing import Any, cast
 
 import h11
 import orjson
@@ -80,6 +87,12 @@ class Connection(H11Protocol):
             return
         super().data_received(data)
         self._watch(fresh=False)
+
+    def handle_events(self) -> None:
+        cycle = self.cycle
+        super().handle_events()
+        if self.cycle is not None and self.cycle is not cycle:  # a new request: it closes through us
+            self.cycle.transport = cast(asyncio.Transport, _CycleTransport(self))
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -169,10 +182,40 @@ class Connection(H11Protocol):
             self.transport.close()
             return
         self.transport.write(out)
+        self._close_lingering()
+
+    def _close_lingering(self) -> None:
+        """Stop writing (the client reads the answer, then the end), then read and drop what
+        it still sends until it closes or `LINGER_SECONDS` pass; then close."""
+        self._disarm()
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.transport.resume_reading()
         self._linger = self.loop.call_later(LINGER_SECONDS, self.transport.close)
+
+    def _close_after_answer(self) -> None:
+        """A request's cycle closes the connection (its answer, or the request, said
+        ``Connection: close``): lingering if the client is still sending a body nobody read."""
+        if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
+            self._close_lingering()
+        else:
+            self.transport.close()
+
+
+class _CycleTransport:
+    """The transport as a request's cycle (uvicorn's `RequestResponseCycle`) sees it: the
+    same, but its close is `Connection._close_after_answer`. A plain close with the rest of
+    a body unread makes the kernel answer what still comes with a reset, and a client still
+    writing (a 9 MB body refused with 413) never reads the answer."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._connection.transport, name)
+
+    def close(self) -> None:
+        self._connection._close_after_answer()
 
 
 #: Where h11's words end and the request's bytes it quotes begin: "...line: bytearray(b'...".
