@@ -1,9 +1,11 @@
 """What the server does with input meant to break it, over real HTTP (issue 9).
 
-Bad filters are 400s, never 500s; a 500 never takes a pipelined request down with it; one
-request cannot take the server's memory (text cells and pages of rows are bounded); a
-scoped key cannot tell a table it may not see from one that does not exist; failed
-authentications are rate limited; names with control characters are refused.
+Bad filters are 400s, never 500s; an integer outside 64 bits is a 400 however it is
+written; a 500 never takes a pipelined request down with it; one request cannot take the
+server's memory (text cells and pages of rows are bounded); a scoped key cannot tell a table
+it may not see from one that does not exist; failed authentications are rate limited; no
+answer or log line repeats a key; names with control or bidi characters are refused; a body
+over the bound is answered 413, never with a reset.
 """
 
 from __future__ import annotations
