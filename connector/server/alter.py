@@ -221,8 +221,8 @@ def _number(text: str) -> int | float | None:
     if found is None:
         return None
     if found.group(1) is None and found.group(2) is None:
-        whole = int(text)
-        return whole if INT64_MIN <= whole <= INT64_MAX else None
+        whole = int(text) if len(text) <= 20 else None  # longer is outside 64 bits
+        return whole if whole is not None and INT64_MIN <= whole <= INT64_MAX else None
     number = float(text)
     return number if math.isfinite(number) else None
 

@@ -42,7 +42,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from connector.server import openapi, query
-from connector.server.columns import TableDef
+from connector.server.columns import TableDef, parse_json
 from connector.server.faults import BadSetting, Faults, disturb_read
 from connector.server.keys import ApiKey
 from connector.server.late import LateWrites
@@ -150,14 +150,14 @@ class Call:
 
 
 async def json_body(request: Request, max_body: int, timeout: float) -> dict[str, Any]:
-    """The JSON object sent; 415 / 413 / 400 when it is not one, 408 (and the connection
-    closes) when it pauses for over `timeout` seconds."""
+    """The JSON object sent; 415 / 413 / 400 when it is not one, 408 when it pauses for over
+    `timeout` seconds (after a 413 or a 408 the connection closes)."""
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media != "application/json" and not media.endswith("+json"):
         raise ApiProblem(415, f"send the body as JSON with Content-Type: application/json (got {echo(media) if media else 'none'})")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_body:
-        raise ApiProblem(413, f"the body is larger than {max_body} bytes")
+        raise _too_large(max_body)
     data = bytearray()
     stream = request.stream()
     while True:
@@ -170,16 +170,22 @@ async def json_body(request: Request, max_body: int, timeout: float) -> dict[str
                 408, f"the body paused for over {timeout:g} s; send it whole", headers={"Connection": "close"}
             ) from None
         if len(data) > max_body:
-            raise ApiProblem(413, f"the body is larger than {max_body} bytes")
+            raise _too_large(max_body)
     if not data.strip():
         raise bad_request("this request needs a JSON body")
     try:
-        parsed = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
+        parsed = parse_json(data)
+    except ValueError as exc:
         raise bad_request(f"the body is not valid JSON: {exc}") from None
     if not isinstance(parsed, dict):
         raise bad_request("the body must be a JSON object")
     return parsed
+
+
+def _too_large(max_body: int) -> ApiProblem:
+    """413, and the connection closes: the rest of the body is read and dropped for a
+    moment (`connection.Connection`), not the whole of it, however large."""
+    return ApiProblem(413, f"the body is larger than {max_body} bytes", headers={"Connection": "close"})
 
 
 Handler = Callable[[Call], Awaitable[Response]]

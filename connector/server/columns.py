@@ -10,31 +10,92 @@ the connector share no code, so each checks the other.
     date      "YYYY-MM-DD", a real calendar date
 
 ``null`` empties a cell. A `required` column may not be empty (null, absent, or "").
-Integers must fit in 64 bits (what SQLite stores and what clients read as int64).
+Integers must fit in 64 bits (what SQLite stores and what clients read as int64): bodies and
+filters are read by `parse_json`, which keeps a wider integer literal as a `WideInt` for the
+column to refuse, where orjson would round it into a float.
 
 Names of tables and columns never hold control characters (C0, DEL, C1, the Unicode line
-and paragraph separators): they are printed in logs, terminals and file names.
+and paragraph separators) nor the bidirectional formatting ones (U+061C, U+200E, U+200F,
+U+202A-U+202E, U+2066-U+2069): they are printed in logs, terminals and file names, where
+the first can rewrite a screen and the second make "gpj.exe" show as "exe.jpg".
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
+
+import orjson
 
 from connector.server.problems import ApiProblem, echo, invalid
 
 TYPES: tuple[str, ...] = ("text", "choice", "number", "checkbox", "date")
 
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
-_CONTROL = "\x00-\x1f\x7f-\x9f\u2028\u2029"
-_BAD_TABLE_NAME_CHARS = re.compile(f"[{_CONTROL}]")
-_BAD_NAME_CHARS = re.compile(f'["\\\\{_CONTROL}]')
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+#: Digits in a row: only a number written with as many can be an integer outside 64 bits.
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+
+
+class WideInt:
+    """An integer literal outside the 64-bit range, as `parse_json` reads it: its text.
+
+    Not a number to any code that stores one (orjson cannot even write it), so a value
+    no check looked at fails loudly instead of landing rounded.
+    """
+
+    __slots__ = ("literal",)
+
+    def __init__(self, literal: str) -> None:
+        self.literal = literal
+
+    def __repr__(self) -> str:
+        return self.literal
+
+
+def parse_json(data: bytes | bytearray | str) -> Any:
+    """A request's JSON (a body, a filter), with integer literals outside 64 bits as `WideInt`;
+    ValueError (a JSONDecodeError, mostly) if it is not JSON.
+
+    orjson reads such a literal as a float once it passes unsigned 64 bits (2**64 becomes
+    1.8446744073709552e19, which a number column would take), and refuses one past a
+    double's range as not JSON. Only a document holding 19 digits in a row can hold one:
+    that one the standard library reads, whose `parse_int` sees each literal's text, held
+    to what orjson refuses (NaN, a float that overflows, lone surrogates, deep nesting).
+    """
+    if not _LONG_DIGITS.search(data.encode() if isinstance(data, str) else data):
+        return orjson.loads(data)
+    try:
+        text = data if isinstance(data, str) else data.decode()
+        parsed = json.loads(text, parse_int=_int64, parse_float=_finite, parse_constant=_finite)
+        orjson.dumps(parsed, default=repr)  # refuses a lone surrogate, as orjson.loads does
+    except RecursionError:
+        raise ValueError("the document is nested too deeply") from None
+    except orjson.JSONEncodeError as exc:
+        raise ValueError(str(exc)) from None
+    return parsed
+
+
+def _int64(literal: str) -> int | WideInt:
+    if len(literal) <= 20 and INT64_MIN <= (value := int(literal)) <= INT64_MAX:
+        return value
+    return WideInt(literal)
+
+
+def _finite(literal: str) -> float:
+    """A float literal (or NaN, Infinity), refused unless finite."""
+    value = float(literal)
+    if not math.isfinite(value):
+        raise ValueError(f"number {echo(literal)} is not a finite double")
+    return value
 
 
 class SpecError(ValueError):
@@ -79,13 +140,15 @@ class ColumnDef:
         if kind == "date" and not is_date(value):
             raise ValueError(f"expects a date as YYYY-MM-DD, got {echo(value)}")
         if kind == "number" and (
+            isinstance(value, WideInt) or (isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX)
+        ):
+            raise ValueError(f"{echo(value)} is outside the 64-bit integer range ({INT64_MIN} to {INT64_MAX})")
+        if kind == "number" and (
             isinstance(value, bool)
             or not isinstance(value, int | float)
             or not math.isfinite(value)
         ):
             raise ValueError(f"expects a number, got {_json_type(value)}")
-        if kind == "number" and isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
-            raise ValueError(f"{value} is outside the 64-bit integer range")
         if kind == "checkbox" and not isinstance(value, bool):
             raise ValueError(f"expects true or false, got {_json_type(value)}")
         return value
@@ -182,8 +245,8 @@ def parse_spec(spec: Any) -> tuple[str, tuple[ColumnDef, ...]]:
     name = spec.get("name")
     if not isinstance(name, str) or not name.strip():
         raise SpecError("the table spec needs a non-empty string `name`")
-    if _BAD_TABLE_NAME_CHARS.search(name):
-        raise SpecError(f"table name {name!r} holds control characters; use printable characters only")
+    if control := _control(name):
+        raise SpecError(f"table name {name!r} holds {control}; use printable characters only")
     raw_columns = spec.get("columns")
     if not isinstance(raw_columns, list) or not raw_columns:
         raise SpecError(f"table {name!r}: `columns` must be a non-empty list")
@@ -207,8 +270,10 @@ def parse_column(raw: Any, where: str) -> ColumnDef:
     if unknown:
         raise SpecError(f"{where}: unknown keys {sorted(unknown)}")
     name = raw.get("name")
-    if not isinstance(name, str) or not name or _BAD_NAME_CHARS.search(name):
+    if not isinstance(name, str) or not name or '"' in name or "\\" in name:
         raise SpecError(f"{where}: `name` must be a non-empty string without quotes, backslashes or control characters")
+    if control := _control(name):
+        raise SpecError(f"{where}: `name` {name!r} holds {control}; use printable characters only")
     kind = raw.get("type", "text")
     if kind not in TYPES:
         raise SpecError(f"{where} ({name!r}): type {kind!r} is not one of {list(TYPES)}")
@@ -228,6 +293,16 @@ def parse_column(raw: Any, where: str) -> ColumnDef:
     if options is not None:
         raise SpecError(f"{where} ({name!r}): only choice columns take `options`")
     return ColumnDef(name, kind, required)
+
+
+def _control(name: str) -> str:
+    """The first control or bidirectional formatting character in `name`, in words; "" if none."""
+    found = _CONTROL.search(name)
+    if found is None:
+        return ""
+    char = found.group()
+    title = unicodedata.name(char, "")  # C0 and C1 controls have none
+    return f"a control character (U+{ord(char):04X}{', ' + title if title else ''})"
 
 
 def is_date(value: str) -> bool:
@@ -250,7 +325,7 @@ def _json_type(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return "a boolean"
-    if isinstance(value, int | float):
+    if isinstance(value, int | float | WideInt):
         return "a number"
     if isinstance(value, str):
         return "a string"

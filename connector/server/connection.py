@@ -9,7 +9,11 @@ uvicorn closes a connection idle between requests (`timeout_keep_alive`, our
   of such clients hold as many connections as they like;
 - h11 refuses a head over its bound only when it arrived in pieces (one read of 100 KB
   passes), with a plain-text 400, and uvicorn then closes with the rest of the request
-  unread: the client's kernel gets a reset, and the client often never reads the answer.
+  unread: the client's kernel gets a reset, and the client often never reads the answer;
+- the same reset follows any answer that closes the connection (a 413, or a request sent
+  with ``Connection: close``) while the client is still sending a body nobody read;
+- h11's 400 for a malformed head quotes the line at fault, which may be the
+  ``Authorization`` header and its key.
 
 `Connection` is uvicorn's `H11Protocol` (``uvicorn.run(http=...)`` takes the class) with:
 
@@ -22,31 +26,35 @@ uvicorn closes a connection idle between requests (`timeout_keep_alive`, our
                      answers 408
     head size        a head over `max_head_bytes` bytes: 414 when the request line alone
                      is, else 431, however the bytes arrived
-    lingering close  each refusal goes out in the API's error body; then the connection
-                     stops writing and reads, and drops, what the client still sends, until
-                     it closes or `LINGER_SECONDS` pass: the client reads the answer, not a
-                     reset
+    lingering close  each refusal goes out in the API's error body, h11's in its words
+                     without the bytes they quote (`malformed`); then the connection stops
+                     writing and reads, and drops, what the client still sends, until it
+                     closes or `LINGER_SECONDS` pass: the client reads the answer, not a
+                     reset. So does an app's answer that closes the connection while the
+                     client is still sending its body (a request's cycle closes through
+                     `_CycleTransport`).
 
-It leans on H11Protocol's hooks (`connection_made`, `data_received`,
-`on_response_complete`, `send_400_response`) and its `conn` and `transport`, and on h11's
-public states: uvicorn is pinned in .ci/constraints.txt, and tests/server/test_hostile.py
+It leans on H11Protocol's hooks (`connection_made`, `data_received`, `handle_events`,
+`on_response_complete`, `send_400_response`) and its `conn`, `cycle` and `transport`
+(and on the cycle's `transport`), and on h11's public states: uvicorn is pinned in .ci/constraints.txt, and tests/server/test_hostile.py
 drives every path over real sockets.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from collections.abc import Callable
 from http import HTTPStatus
-from typing import Any
+from typing import Any, cast
 
 import h11
 import orjson
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from connector.server.limits import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_HEAD_BYTES
-from connector.server.problems import ApiProblem, echo
+from connector.server.problems import ApiProblem
 
 #: Seconds a refused connection keeps reading (and dropping) what the client still sends.
 LINGER_SECONDS = 2.0
@@ -80,6 +88,12 @@ class Connection(H11Protocol):
         super().data_received(data)
         self._watch(fresh=False)
 
+    def handle_events(self) -> None:
+        cycle = self.cycle
+        super().handle_events()
+        if self.cycle is not None and self.cycle is not cycle:  # a new request: it closes through us
+            self.cycle.transport = cast(asyncio.Transport, _CycleTransport(self))
+
     def on_response_complete(self) -> None:
         super().on_response_complete()
         if not self.transport.is_closing():
@@ -92,11 +106,12 @@ class Connection(H11Protocol):
         super().connection_lost(exc)
 
     def send_400_response(self, msg: str) -> None:
-        """h11 found the request malformed (uvicorn logged it): answer in our error body."""
+        """h11 found the request malformed (uvicorn logged it): answer in our error body,
+        in h11's words without the request's bytes they quote (`malformed`)."""
         error = sys.exc_info()[1]  # uvicorn calls this while handling h11's error
         if getattr(error, "error_status_hint", 400) == 431 and self._head_too_large(b""):
             return  # h11's own bound on a head that arrived in pieces: refused as ours
-        self._refuse(400, f"not a valid HTTP/1.1 request: {echo(str(error or msg))}")
+        self._refuse(400, f"not a valid HTTP/1.1 request: {malformed(str(error or msg))}")
 
     # -- deadlines ------------------------------------------------------------------------
 
@@ -167,10 +182,58 @@ class Connection(H11Protocol):
             self.transport.close()
             return
         self.transport.write(out)
+        self._close_lingering()
+
+    def _close_lingering(self) -> None:
+        """Stop writing (the client reads the answer, then the end), then read and drop what
+        it still sends until it closes or `LINGER_SECONDS` pass; then close."""
+        self._disarm()
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.transport.resume_reading()
         self._linger = self.loop.call_later(LINGER_SECONDS, self.transport.close)
+
+    def _close_after_answer(self) -> None:
+        """A request's cycle closes the connection (its answer, or the request, said
+        ``Connection: close``): lingering if the client is still sending a body nobody read."""
+        if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
+            self._close_lingering()
+        else:
+            self.transport.close()
+
+
+class _CycleTransport:
+    """The transport as a request's cycle (uvicorn's `RequestResponseCycle`) sees it: the
+    same, but its close is `Connection._close_after_answer`. A plain close with the rest of
+    a body unread makes the kernel answer what still comes with a reset, and a client still
+    writing (a 9 MB body refused with 413) never reads the answer."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._connection.transport, name)
+
+    def close(self) -> None:
+        self._connection._close_after_answer()
+
+
+#: Where h11's words end and the request's bytes it quotes begin: "...line: bytearray(b'...".
+_QUOTE = re.compile(r"""(?:bytearray\()?b?['"]""")
+#: A header's name, before the colon of its line.
+_NAME = re.compile(r"([!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}):")
+
+
+def malformed(message: str) -> str:
+    """h11's `message` without the bytes of the request it quotes; of a header line only
+    the header's name is kept. Such a line may be ``Authorization: Bearer <key>`` with a
+    NUL in it: no part of a line's value is ever repeated."""
+    quote = _QUOTE.search(message)
+    if quote is None:
+        return message  # h11's words alone ("bad Content-Length")
+    words = message[: quote.start()].rstrip(": ")
+    name = _NAME.match(message, quote.end()) if words.endswith("header line") else None
+    return words + (f" (the {name.group(1)!r} header)" if name else "")
 
 
 def connection_class(

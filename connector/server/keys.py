@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from dataclasses import dataclass
 
-__all__ = ["ApiKey", "hash_key", "new_key"]
+__all__ = ["KEY_SHAPE", "ApiKey", "hash_key", "new_key"]
+
+#: What `new_key` makes: "key_" and 43 URL-safe characters (32 random bytes).
+KEY_SHAPE = re.compile(r"key_[A-Za-z0-9_-]{43}")
 
 
 @dataclass(frozen=True)

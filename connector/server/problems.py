@@ -2,11 +2,14 @@
 
 Every refusal — a bad value, an unknown route, a missing key — becomes an `ApiProblem`,
 which the app renders as API.md's body: ``{"error": {"code", "message", "field"?}}``.
+A message repeats a client's value cut short (`echo`), and never a key (`masked`).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from connector.server.keys import KEY_SHAPE
 
 #: Error codes by status (DESIGN.md's set, and one for each status beyond it, named as
 #: RFC 9110 names the status); `VALIDATION_ERROR` is a 400 naming a field.
@@ -33,9 +36,16 @@ MAX_MESSAGE_CHARS = 2000
 MAX_FIELD_CHARS = 200
 
 
+def masked(text: str) -> str:
+    """`text` with every key the server makes (`keys.new_key`) masked: a client that sends
+    its key where a name or an id goes must not find it in an error it logs."""
+    return KEY_SHAPE.sub("key_***", text)
+
+
 def echo(value: object) -> str:
-    """`value` as a message repeats it: its repr, cut after `ECHO_CHARS` characters."""
-    shown = repr(value)
+    """`value` as a message repeats it: its repr, keys masked, cut after `ECHO_CHARS`
+    characters (masked first: a cut could leave the first characters of a key)."""
+    shown = masked(repr(value))
     if len(shown) <= ECHO_CHARS:
         return shown
     size = f"{len(value)} characters" if isinstance(value, str) else f"{len(shown)} characters shown"
@@ -55,10 +65,13 @@ class ApiProblem(Exception):
         index: int | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
+        message = masked(message)
         if len(message) > MAX_MESSAGE_CHARS:
             message = message[:MAX_MESSAGE_CHARS] + "..."
-        if field is not None and len(field) > MAX_FIELD_CHARS:
-            field = field[:MAX_FIELD_CHARS] + "..."
+        if field is not None:
+            field = masked(field)
+            if len(field) > MAX_FIELD_CHARS:
+                field = field[:MAX_FIELD_CHARS] + "..."
         super().__init__(message)
         self.status = status
         self.message = message

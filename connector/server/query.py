@@ -15,9 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from connector.server.columns import ColumnDef, TableDef
+from connector.server.columns import ColumnDef, TableDef, parse_json
 from connector.server.problems import bad_request, echo, invalid
 
 DEFAULT_LIMIT = 100
@@ -186,8 +184,8 @@ def _conditions(table: TableDef, raw: str | None, *, system_filters: bool) -> tu
     if raw is None or raw.strip() == "":
         return ()
     try:
-        spec = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+        spec = parse_json(raw)
+    except ValueError as exc:
         raise invalid("filter", f"`filter` is not valid JSON: {exc}") from None
     if not isinstance(spec, dict):
         raise invalid("filter", '`filter` must be a JSON object like {"Status": {"eq": "Active"}}')

@@ -46,6 +46,8 @@ CONVERSIONS: list[tuple[str, Any, str, Any]] = [
     ("text", "", "number", None),
     ("text", "1e999", "number", None),
     ("text", "9223372036854775808", "number", None),
+    ("text", "-9223372036854775808", "number", -(2**63)),
+    ("text", "9" * 5000, "number", None),  # past the digits Python turns into an int
     ("text", "NaN", "number", None),
     ("choice", "3", "number", 3),
     ("checkbox", True, "number", 1),
@@ -80,7 +82,8 @@ CONVERSIONS: list[tuple[str, Any, str, Any]] = [
 ]
 
 
-@pytest.mark.parametrize(("before", "value", "after", "expected"), CONVERSIONS)
+@pytest.mark.parametrize(("before", "value", "after", "expected"), CONVERSIONS,
+                         ids=[f"{b}-{str(v)[:24]}-{a}" for b, v, a, _ in CONVERSIONS])
 def test_a_retype_converts_a_cell_by_the_written_rule(before: str, value: Any, after: str, expected: Any) -> None:
     target = CHOICE if after == "choice" else ColumnDef("C", after)
     got = convert(value, before, target)
@@ -244,6 +247,8 @@ REFUSED: list[tuple[list[str], str]] = [
     (["rename-column", "Deals", "Code", "Stage"], "has a column 'Stage' already"),
     (["rename-column", "Deals", "Cod", "Ref"], "has no column 'Cod'"),
     (["rename-column", "Deals", "Code", 'Re"f'], "quotes"),
+    (["rename-column", "Deals", "Code", "Re\u202ef"], "control character (U+202E"),
+    (["add-column", "Deals", "\u2067Size", "number"], "control character (U+2067"),
     (["retype-column", "Deals", "Name", "number"], "column 'Name' is required, and 'a' does not convert"),
     (["retype-column", "Deals", "Code", "money"], "type 'money' is not one of"),
     (["retype-column", "Deals", "Amount", "number"], "is number already"),

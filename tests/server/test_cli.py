@@ -45,6 +45,20 @@ def test_create_table_refuses_a_bad_spec_cleanly(tmp_path: Path) -> None:
     assert "options" in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("spec", [
+    {"name": "Leads\u202eslx.exe", "columns": [{"name": "A", "type": "text"}]},
+    {"name": "Leads", "columns": [{"name": "A\u200fB", "type": "text"}]},
+], ids=["table", "column"])
+def test_create_table_refuses_a_name_with_a_bidi_control(tmp_path: Path, spec: dict[str, object]) -> None:
+    db = tmp_path / "x.db"
+    result = CliRunner().invoke(main, ["server", "create-table", "--db", str(db), str(write_spec(tmp_path, spec))])
+    assert result.exit_code == 2, result.output
+    assert "control character (U+20" in result.output and "Traceback" not in result.output
+    assert "\u202e" not in result.output and "\u200f" not in result.output  # printed escaped
+    listed = CliRunner().invoke(main, ["server", "create-table", "--db", str(db), str(write_spec(tmp_path, PEOPLE))])
+    assert listed.exit_code == 0  # the database holds no table the refused spec began
+
+
 def test_create_table_refuses_a_duplicate_name(tmp_path: Path) -> None:
     db = str(tmp_path / "x.db")
     spec = str(write_spec(tmp_path, PEOPLE))
