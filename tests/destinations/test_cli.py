@@ -108,7 +108,7 @@ def test_export_csv_of_chosen_tables_with_a_json_summary(
     assert [(t["table"], t["status"], t["read"], t["rows_written"]) for t in summary["tables"]] == [
         ("orders", "ok", "full", 3)]
     assert summary["tables"][0]["targets"] == [str(tmp_path / "orders.csv")]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["orders.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["_connector_tables.json", "orders.csv"]
     frame = pd.read_csv(tmp_path / "orders.csv", keep_default_na=False, na_values={"Amount": [""]})
     assert len(frame) == 3 and set(frame["Name"]) == set(EXPECTED)
 
@@ -188,7 +188,7 @@ def test_a_table_the_key_may_not_read_is_skipped_with_exit_3(
     assert [(t["table_id"], t["status"]) for t in summary["tables"]] == [
         (secret_id, "skipped"), (orders_id, "ok")]
     assert "403" in summary["tables"][0]["error"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["orders.parquet"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["_connector_tables.json", "orders.parquet"]
     assert scoped not in result.output
 
 
@@ -321,7 +321,7 @@ def test_killed_load_keeps_the_previous_table_and_a_rerun_works(
             tables = conn.exec_driver_sql(
                 "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
             ).scalars().all()
-        assert tables == ["orders"]
+        assert sorted(tables) == ["_connector_tables", "orders"]  # its rows, and the names record
     finally:
         engine.dispose()
 

@@ -70,7 +70,9 @@ def types(db: str, table: str) -> dict[str, str]:
 
 
 def tables(db: str) -> list[str]:
-    return sorted(r[0] for r in read(db, "SELECT table_name FROM duckdb_tables()"))
+    """The tables of the database but the record of names (`_connector_tables`)."""
+    return sorted(r[0] for r in read(db, "SELECT table_name FROM duckdb_tables()")
+                  if r[0] != "_connector_tables")
 
 
 def as_tuples(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:

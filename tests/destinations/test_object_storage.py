@@ -63,7 +63,7 @@ def test_export_to_s3_writes_one_object_per_table_with_types_intact(
     result = run(server, "export", "--out", s3.url("lake/daily/"))
     assert result.exit_code == 0, result.output
     assert f"-> s3://{s3.name}/lake/daily/orders.parquet" in result.output
-    assert s3.objects() == ["lake/daily/orders.parquet"]
+    assert s3.objects() == ["lake/daily/_connector_tables.json", "lake/daily/orders.parquet"]
     assert list(tmp_path.iterdir()) == []  # no local folder named "s3:"
 
     with s3fs_filesystem().open(f"{s3.name}/lake/daily/orders.parquet", "rb") as f:
@@ -97,7 +97,7 @@ def test_export_csv_to_s3_and_a_second_export_replaces_the_object(
     server.insert_rows(table_id, [{"Name": "Zed", "Due": "2030-01-02"}])
     result = run(server, "export", "--format", "csv", "--out", s3.url("csv"))
     assert result.exit_code == 0, result.output
-    assert s3.objects() == ["csv/orders.csv"]  # no temp object left beside it
+    assert s3.objects() == ["csv/_connector_tables.json", "csv/orders.csv"]  # no temp object
     second = pacsv.read_csv(s3fs_filesystem().open(f"{s3.name}/csv/orders.csv", "rb"))
     due = dict(zip(second.column("Name").to_pylist(), second.column("Due").to_pylist(), strict=True))
     assert len(due) == 4 and due["Zed"] == date(2030, 1, 2)
@@ -266,7 +266,7 @@ def test_a_process_killed_mid_upload_leaves_the_previous_object(
         monkeypatch.setenv("AWS_ENDPOINT_URL", s3.server.endpoint)
 
     assert 0 < proxy.put_seen < len(before)  # the kill landed with half a body sent
-    assert s3.objects() == ["k/orders.parquet"]
+    assert s3.objects() == ["k/_connector_tables.json", "k/orders.parquet"]
     assert s3.get("k/orders.parquet") == before  # the old object, byte for byte
     with s3fs_filesystem().open(f"{s3.name}/k/orders.parquet", "rb") as f:
         assert pq.read_table(f).num_rows == 3000

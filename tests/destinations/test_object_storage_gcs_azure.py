@@ -85,7 +85,7 @@ def test_export_writes_one_object_per_table_equal_to_the_server(
     result = run(server, "export", "--out", store.url("lake/daily/"))
     assert result.exit_code == 0, result.output
     assert f"-> {store.url('lake/daily/orders.parquet')}" in result.output
-    assert store.objects() == ["lake/daily/orders.parquet"]
+    assert store.objects() == ["lake/daily/_connector_tables.json", "lake/daily/orders.parquet"]
     assert list(tmp_path.iterdir()) == []  # no local folder named "gs:" or "az:"
 
     table = parquet_object(store, "lake/daily/orders.parquet")
@@ -110,7 +110,7 @@ def test_export_csv_and_a_second_export_replaces_the_object(
     server.insert_rows(table_id, [{"Name": "Zed", "Due": "2030-01-02", "Amount": 7}])
     result = run(server, "export", "--format", "csv", "--out", store.url("csv"))
     assert result.exit_code == 0, result.output
-    assert store.objects() == ["csv/orders.csv"]  # no temp object left beside it
+    assert store.objects() == ["csv/_connector_tables.json", "csv/orders.csv"]  # no temp object
     second = pacsv.read_csv(io.BytesIO(store.get("csv/orders.csv")))
     names = second.column("Name").to_pylist()
     assert sorted(names) == sorted(r["fields"]["Name"] for r in api_rows(server, table_id))
@@ -225,7 +225,7 @@ def test_a_process_killed_mid_upload_leaves_the_previous_object(
     export_killed_mid_upload(server, store.url("k"), through, proxy, monkeypatch)
 
     assert 0 < proxy.put_seen < len(before)  # the kill landed with half a body sent
-    assert store.objects() == ["k/orders.parquet"]
+    assert store.objects() == ["k/_connector_tables.json", "k/orders.parquet"]
     assert store.get("k/orders.parquet") == before  # the old object, byte for byte
     assert parquet_object(store, "k/orders.parquet").num_rows == 3000
 
@@ -255,7 +255,7 @@ def test_a_process_killed_mid_resumable_upload_leaves_the_previous_object(
         export_killed_mid_upload(server, bucket.url("k"), bucket.env(through), proxy, monkeypatch)
 
         assert 0 < proxy.put_seen < len(before)
-        assert bucket.objects() == ["k/orders.parquet"]
+        assert bucket.objects() == ["k/_connector_tables.json", "k/orders.parquet"]
         assert bucket.get("k/orders.parquet") == before
     finally:
         proxy.close()

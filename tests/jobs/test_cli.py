@@ -139,7 +139,8 @@ def test_kill_9_mid_sync_leaves_state_and_outputs_then_a_rerun_is_correct(
     assert run.returncode == -9
     assert (tmp_path / "job.state.json").read_bytes() == state_before
     assert (tmp_path / "pq" / "People.parquet").read_bytes() == parquet_before
-    assert sorted(p.name for p in (tmp_path / "pq").iterdir()) == ["People.parquet"]
+    assert sorted(p.name for p in (tmp_path / "pq").iterdir()) == [
+        "People.parquet", "_connector_tables.json"]
 
     summary = ws.run(job)
 

@@ -85,7 +85,8 @@ def test_a_signal_mid_sync_prints_one_line_and_keeps_what_finished(
     ), out
     # Notes finished: written, its cursor saved; People was in flight: nothing of it.
     assert list(scratch.iterdir()) == []
-    assert sorted(p.name for p in (tmp_path / "pq").iterdir()) == ["Notes.parquet"]
+    assert sorted(p.name for p in (tmp_path / "pq").iterdir()) == [
+        "Notes.parquet", "_connector_tables.json"]
     state = json.loads((tmp_path / "job.state.json").read_text())
     assert set(state["tables"]) == {ws.notes}
     with job_lock(tmp_path / "job.lock", wait=0, job="job"):  # released

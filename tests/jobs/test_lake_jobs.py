@@ -105,7 +105,8 @@ def test_incremental_sync_into_object_storage_parquet(workspace: Workspace, lake
     assert sorted(in_parquet) == EXPECTED_AFTER_CHANGES
     assert as_held(in_parquet) == people_on_server(workspace)
     assert {t.status for t in workspace.run(job).tables} == {"unchanged"}
-    assert lake.objects("pq/") == ["pq/Notes.parquet", "pq/People.parquet"]  # no temp objects
+    assert lake.objects("pq/") == [  # no temp objects
+        "pq/Notes.parquet", "pq/People.parquet", "pq/_connector_tables.json"]
 
 
 def test_incremental_sync_into_delta_on_object_storage(workspace: Workspace, delta_lake: Lake) -> None:

@@ -514,7 +514,8 @@ def test_two_tables_whose_names_differ_only_in_case_get_distinct_files_and_sql_t
     assert pq.read_table(tmp_path / "pq" / f"notes-{twin}.parquet").column_names[-1] == "Other"
     assert pq.read_table(tmp_path / "pq" / "Notes.parquet").column_names[-1] == "Text"
     engine = sa.create_engine(f"sqlite:///{tmp_path / 'wh.db'}")
-    assert sorted(sa.inspect(engine).get_table_names()) == sorted(["People", "Notes", f"notes-{twin}"])
+    assert sorted(sa.inspect(engine).get_table_names()) == sorted(
+        ["People", "Notes", f"notes-{twin}", "_connector_tables"])
     engine.dispose()
 
 
