@@ -41,7 +41,6 @@ __all__ = [
     "key_hashes",
     "match_header",
     "validate",
-    "wanted",
 ]
 
 #: Rows hashed at a time (`key_hashes`).
@@ -187,21 +186,17 @@ def validate(
     )
 
 
-def check_header(name: str, columns: Sequence[str], table: Table, key: Key) -> None:
+def check_header(name: str, columns: Sequence[str], table: Table, key: Key) -> list[str]:
     """The source's column names against the table, before a row is read: a
     `ValidationReport` for columns the table lacks and key columns the source lacks (the
     same problems `validate` finds on row 1), a `ConfigError` for a header that does not say
-    which column it names (`match_header`)."""
-    problems = match_header(name, columns, table, key).problems(table, key)
+    which column it names (`match_header`). Returns the columns a push reads: those naming a
+    table column, or the row id for a key by id."""
+    header = match_header(name, columns, table, key)
+    problems = header.problems(table, key)
     if problems:
         raise ValidationReport(name, problems)
-
-
-def wanted(columns: Sequence[str], table: Table, key: Key) -> list[str]:
-    """The source columns a push reads: those naming a table column, or the row id for a key
-    by id (`match_header`; a header it refuses is refused by `check_header` first)."""
-    named = match_header("source", columns, table, key).named
-    return [c for c in columns if c in named]
+    return [c for c in columns if c in header.named]
 
 
 def loose(name: str) -> str:
