@@ -123,7 +123,7 @@ class Header:
     #: Each header that names a column, and the frame column it names: a table column, or
     #: the row id's (``_id``) for a key by id.
     named: dict[str, str]
-    #: (header, column) for the headers that name their column only loosely (`loose`).
+    #: (header, column) for the headers that name their column only loosely (`_loose`).
     taken: tuple[tuple[str, str], ...]
     #: Headers left out on purpose (an export's ``_created_at``, ``_updated_at``).
     ignored: tuple[str, ...]
@@ -199,7 +199,7 @@ def check_header(name: str, columns: Sequence[str], table: Table, key: Key) -> l
     return [c for c in columns if c in header.named]
 
 
-def loose(name: str) -> str:
+def _loose(name: str) -> str:
     """A name as a header spells it loosely: trimmed and case-folded."""
     return name.strip().casefold()
 
@@ -213,7 +213,7 @@ def match_header(source: str, names: Sequence[str], table: Table, key: Key) -> H
     ignorable = _ignorable(table, key)
     by_loose: dict[str, list[str]] = {}
     for column in table.column_names:
-        by_loose.setdefault(loose(column), []).append(column)
+        by_loose.setdefault(_loose(column), []).append(column)
     # An export of a key by id names the row id `_id`; a sheet of ids may call it `id`.
     row_id = "id" if key.by_id and system["id"] not in names else system["id"]
     named: dict[str, str] = {}
@@ -222,7 +222,7 @@ def match_header(source: str, names: Sequence[str], table: Table, key: Key) -> H
     unknown: list[str] = []
     wrong: list[str] = []
     for name in names:
-        matches = by_loose.get(loose(name), [])
+        matches = by_loose.get(_loose(name), [])
         if name in table.column_names:
             named[name] = name
         elif key.by_id and name == row_id:

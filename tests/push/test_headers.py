@@ -27,7 +27,7 @@ from connector.api import Client
 from connector.cli import main
 from connector.destinations.formats import encode_csv
 from connector.push import push
-from connector.push.source import read_source
+from connector.push.source import open_source, read_source
 from tests.fixtures.server import RunningServer
 
 counter = itertools.count()
@@ -217,12 +217,13 @@ def test_names_no_reference_table_holds_read_back_as_written(tmp_path: Path) -> 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    names = ['say "hi"', "two\nlines", "cr\r\nlf", "back\\slash", " ", "x ", "x", "a,b", "é"]
+    names = ['say "hi"', "two\nlines", "cr\r\nlf", "back\\slash", " ", "x ", "x", "a,b", "é", "\xa0"]
     schema = pa.schema([pa.field(n, pa.string()) for n in names])
     batch = pa.record_batch([pa.array([f"v{i}"]) for i in range(len(names))], schema=schema)
     encode_csv([batch], schema, tmp_path / "t.csv")
     pq.write_table(pa.Table.from_batches([batch]), tmp_path / "t.parquet")
     for path in (tmp_path / "t.csv", tmp_path / "t.parquet"):
+        assert open_source(path).columns == tuple(names), path  # the header alone
         data = read_source(path)
         assert list(data.columns) == names, path
         assert data.frame.iloc[0].tolist() == [f"v{i}" for i in range(len(names))]
