@@ -57,7 +57,6 @@ from connector.push.validate import (
     ValidationReport,
     check_header,
     validate,
-    wanted,
 )
 from connector.schema import Table
 from connector.tables import resolve_table, table_not_found
@@ -132,9 +131,10 @@ def push(
     )
     schema = table if isinstance(table, Table) else client.run(_resolve(client.aio, table))
     parsed = Key.parse(key, schema)
-    if opened.columns is not None:  # a wrong key or column: said before any row is read
-        check_header(opened.name, opened.columns, schema, parsed)
-    columns = None if opened.columns is None else wanted(opened.columns, schema, parsed)
+    # A wrong key or column is said before any row is read; only the columns used are read.
+    columns = None if opened.columns is None else check_header(
+        opened.name, opened.columns, schema, parsed
+    )
     # The source as read is let go once validated: only its canonical cells are kept.
     prepared = validate(opened.read(columns), schema, parsed, date_format=date_format)
     return client.run(_push(

@@ -1,5 +1,6 @@
 """CSV sources: every cell read as text (so ``007`` survives), the delimiter sniffed, the
-header from the first record; only the markers the user names read as empty cells."""
+header from the first record, each name as spelled (spaces kept); only the markers the user
+names read as empty cells."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def _csv_header(raw: bytes) -> tuple[str, ...] | None:
         first = next(csv.reader(io.StringIO(text), delimiter=_sniff_delimiter(text)), None)
     except (UnicodeDecodeError, csv.Error):
         return None
-    return None if first is None else tuple(n for n in (c.strip() for c in first) if n)
+    return None if first is None else tuple(n for n in first if n)
 
 
 def _read_csv(path: str, data: bytes, markers: frozenset[str]) -> Source:
@@ -71,7 +72,7 @@ def _read_csv(path: str, data: bytes, markers: frozenset[str]) -> Source:
         )
     except (pd.errors.ParserError, ValueError) as exc:
         raise SourceError(f"{path}: malformed CSV: {one_line(exc)}") from None
-    header = [str(h).strip() for h in first.iloc[0].tolist()]
+    header = [str(h) for h in first.iloc[0].tolist()]  # as spelled: `x ` is not `x`
     frame = cells.iloc[1:].reset_index(drop=True)
     keep = []
     for i, name in enumerate(header):

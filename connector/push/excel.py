@@ -57,8 +57,8 @@ def read_excel(
     header = cells[first]
     body = cells[first + 1 :]
     width = max([len(header), *(len(r) for r in body)])
-    names = [str(header[i]).strip() if i < len(header) and header[i] is not None else ""
-             for i in range(width)]
+    names = [str(header[i]) if i < len(header) and header[i] is not None else ""
+             for i in range(width)]  # as spelled: `x ` is not `x`
     for i, name in enumerate(names):
         if not name and any(i < len(r) and r[i] is not None for r in body):
             letter = get_column_letter(i + 1)

@@ -120,6 +120,9 @@ class Plan:
     skipped: int = 0
     coercions: dict[str, int] = field(default_factory=dict)
     ignored: tuple[str, ...] = ()
+    #: (header, column) for each header taken as a column it spells only loosely
+    #: (`connector.push.validate.match_header`).
+    taken: tuple[tuple[str, str], ...] = ()
 
     @property
     def create_requests(self) -> int:
@@ -179,6 +182,7 @@ class Plan:
                 skipped=int(data["skipped"]),
                 coercions={str(k): int(v) for k, v in data["coercions"].items()},
                 ignored=tuple(data["ignored"]),
+                taken=tuple((str(h), str(c)) for h, c in data.get("taken", ())),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(f"not a push plan file: {exc}") from None
@@ -333,6 +337,7 @@ class Diff:
             skipped=skipped,
             coercions=dict(sorted(prepared.coercions.items())),
             ignored=prepared.ignored,
+            taken=prepared.taken,
         )
 
     def _check_unique_keys(self, counts: np.ndarray[Any, Any], gone: pd.DataFrame) -> None:

@@ -38,6 +38,7 @@ def describe_plan(plan: Plan, sample: int = SAMPLE) -> str:
     ]
     if plan.ignored:
         lines.append(f"  ignored columns: {', '.join(plan.ignored)}")
+    lines += [f"  header {header!r} taken as column {column!r}" for header, column in plan.taken]
     if plan.coercions:
         lines.append("coercions:")
         lines += [f"  {rule}: {count}" for rule, count in plan.coercions.items()]
@@ -48,7 +49,7 @@ def describe_plan(plan: Plan, sample: int = SAMPLE) -> str:
         lines.append(f"updates ({_shown(updates, sample)}):")
         for u in plan.updates[:sample]:
             changes = "; ".join(
-                f"{name}: {_value(u.old.get(name))} → {_value(value)}"
+                f"{_column(name)}: {_value(u.old.get(name))} → {_value(value)}"
                 for name, value in u.fields.items()
             )
             lines.append(f"  row {u.row} ({u.id}): {changes}")
@@ -76,7 +77,13 @@ def _shown(total: int, sample: int) -> str:
 
 
 def _cells(fields: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={_value(v)}" for k, v in fields.items())
+    return ", ".join(f"{_column(k)}={_value(v)}" for k, v in fields.items())
+
+
+def _column(name: str) -> str:
+    """A column's name as shown, quoted when spaces at an end or unprintable characters
+    would hide how it is spelled (``x `` and ``x`` are two columns)."""
+    return name if name == name.strip() and name.isprintable() else repr(name)
 
 
 def _value(value: Any) -> str:

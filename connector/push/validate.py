@@ -1,5 +1,10 @@
 """Check a whole source against the table before anything is written, and say everything wrong.
 
+A header names the column it spells exactly (`match_header`). One that matches a column only
+once both are trimmed and case-folded (``name `` for ``Name``) is taken as that column when it
+is the only such column and none is spelled exactly; the plan says so. A header that matches
+several that way, or two headers naming one column, is a `ConfigError`: nothing is guessed.
+
 One pass finds every problem — unknown columns, cells of the wrong type, choices outside their
 options, missing required values, empty or repeated keys — and raises them together in one
 `ValidationReport`, each naming the spreadsheet row (header = row 1), the column and the value.
@@ -26,6 +31,7 @@ from connector.push.source import Source
 from connector.schema import Column, Table
 
 __all__ = [
+    "Header",
     "Key",
     "Prepared",
     "Problem",
@@ -33,8 +39,8 @@ __all__ = [
     "check_header",
     "duplicated",
     "key_hashes",
+    "match_header",
     "validate",
-    "wanted",
 ]
 
 #: Rows hashed at a time (`key_hashes`).
@@ -50,7 +56,11 @@ class Key:
 
     @classmethod
     def parse(cls, spec: str | Sequence[str], table: Table) -> Key:
-        names = [n.strip() for n in (spec.split(",") if isinstance(spec, str) else spec)]
+        """`spec` (``"a, b"`` or ``["a", "b"]``) as a key of `table`; each name is the
+        column it spells, else the column it spells once trimmed (``--key "x "`` is the
+        column ``x `` where the table has one)."""
+        parts = spec.split(",") if isinstance(spec, str) else list(spec)
+        names = [n if n in table.column_names else n.strip() for n in parts]
         if not names or any(not n for n in names) or len(set(names)) != len(names):
             raise ConfigError(f"--key {spec!r}: give one or more distinct column names")
         if names == ["id"] and "id" not in table.column_names:
@@ -102,6 +112,36 @@ class Prepared:
     #: Source columns left out on purpose (an export's ``_created_at``, ``_updated_at``).
     ignored: tuple[str, ...]
     coercions: Counter[str]
+    #: (header, column) for each header taken as a column it spells only loosely.
+    taken: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Header:
+    """A source's header against a table (`match_header`)."""
+
+    #: Each header that names a column, and the frame column it names: a table column, or
+    #: the row id's (``_id``) for a key by id.
+    named: dict[str, str]
+    #: (header, column) for the headers that name their column only loosely (`_loose`).
+    taken: tuple[tuple[str, str], ...]
+    #: Headers left out on purpose (an export's ``_created_at``, ``_updated_at``).
+    ignored: tuple[str, ...]
+    #: Headers that name no column.
+    unknown: tuple[str, ...]
+
+    def problems(self, table: Table, key: Key) -> list[Problem]:
+        """Unknown columns, and key columns the source lacks (all on row 1)."""
+        found = [
+            Problem(1, name, None,
+                    f"not a column of table {table.name!r} (columns: {', '.join(table.column_names)})")
+            for name in self.unknown
+        ]
+        found += [
+            Problem(1, "id" if key.by_id else name, None, "key column missing from the source")
+            for name in key.columns if name not in self.named.values()
+        ]
+        return found
 
 
 def validate(
@@ -110,14 +150,10 @@ def validate(
     """Coerce `source` to `table`'s types and check it, or raise one `ValidationReport`.
 
     `date_format` reads day/month-ambiguous dates (`connector.push.coerce`)."""
-    system = table.system_names()
-    frame = source.frame
-    names = list(source.columns)
-    if key.by_id and system["id"] not in names and "id" in names:
-        frame = frame.rename(columns={"id": system["id"]})
-        names = [system["id"] if n == "id" else n for n in names]
-    ignorable = _ignorable(table, key)
-    problems = _header_problems(names, table, key, ignorable)
+    header = match_header(source.name, source.columns, table, key)
+    problems = header.problems(table, key)
+    frame = source.frame[[c for c in source.frame.columns if c in header.named]]
+    frame = frame.rename(columns=header.named)
     columns = tuple(c.name for c in table.columns if c.name in frame.columns)
     out: dict[str, pd.Series] = {}
     coercions: Counter[str] = Counter()
@@ -144,27 +180,83 @@ def validate(
         key=key,
         frame=pd.DataFrame(out, index=pd.RangeIndex(len(frame)))[ordered],
         columns=columns,
-        ignored=tuple(c for c in names if c in ignorable),
+        ignored=header.ignored,
         coercions=coercions,
+        taken=header.taken,
     )
 
 
-def check_header(name: str, columns: Sequence[str], table: Table, key: Key) -> None:
+def check_header(name: str, columns: Sequence[str], table: Table, key: Key) -> list[str]:
     """The source's column names against the table, before a row is read: a
     `ValidationReport` for columns the table lacks and key columns the source lacks (the
-    same problems `validate` finds on row 1)."""
-    names = list(columns)
-    if key.by_id and table.system_names()["id"] not in names and "id" in names:
-        names = [table.system_names()["id"] if n == "id" else n for n in names]
-    problems = _header_problems(names, table, key, _ignorable(table, key))
+    same problems `validate` finds on row 1), a `ConfigError` for a header that does not say
+    which column it names (`match_header`). Returns the columns a push reads: those naming a
+    table column, or the row id for a key by id."""
+    header = match_header(name, columns, table, key)
+    problems = header.problems(table, key)
     if problems:
         raise ValidationReport(name, problems)
+    return [c for c in columns if c in header.named]
 
 
-def wanted(columns: Sequence[str], table: Table, key: Key) -> list[str]:
-    """The source columns a push reads: the table's columns, and the row id for a key by id."""
-    keep = set(table.column_names) | ({"id", *key.columns} if key.by_id else set())
-    return [c for c in columns if c in keep]
+def _loose(name: str) -> str:
+    """A name as a header spells it loosely: trimmed and case-folded."""
+    return name.strip().casefold()
+
+
+def match_header(source: str, names: Sequence[str], table: Table, key: Key) -> Header:
+    """Which column each of `names` (a source's header) names: the column it spells exactly;
+    else the one column it matches once both are trimmed and case-folded, when no column is
+    spelled by it exactly. A `ConfigError` (one line, naming every such header) when a header
+    matches several columns that way, or two headers name the same column."""
+    system = table.system_names()
+    ignorable = _ignorable(table, key)
+    by_loose: dict[str, list[str]] = {}
+    for column in table.column_names:
+        by_loose.setdefault(_loose(column), []).append(column)
+    # An export of a key by id names the row id `_id`; a sheet of ids may call it `id`.
+    row_id = "id" if key.by_id and system["id"] not in names else system["id"]
+    named: dict[str, str] = {}
+    taken: list[tuple[str, str]] = []
+    ignored: list[str] = []
+    unknown: list[str] = []
+    wrong: list[str] = []
+    for name in names:
+        matches = by_loose.get(_loose(name), [])
+        if name in table.column_names:
+            named[name] = name
+        elif key.by_id and name == row_id:
+            named[name] = system["id"]
+        elif name in ignorable:
+            ignored.append(name)
+        elif len(matches) == 1:
+            named[name] = matches[0]
+            taken.append((name, matches[0]))
+        elif matches:
+            wrong.append(
+                f"header {name!r} matches columns {_listed(matches)} of table {table.name!r} "
+                "only when trimmed and case-folded, so it names none of them: spell the one "
+                "it means exactly"
+            )
+        else:
+            unknown.append(name)
+    landed: dict[str, list[str]] = {}
+    for name, column in named.items():
+        landed.setdefault(column, []).append(name)
+    wrong += [
+        f"headers {_listed(headers)} {'both' if len(headers) == 2 else 'all'} name column "
+        f"{column!r} of table {table.name!r}: keep one of them"
+        for column, headers in landed.items() if len(headers) > 1
+    ]
+    if wrong:
+        raise ConfigError(f"{source}: {'; '.join(wrong)}; nothing was written")
+    return Header(named, tuple(taken), tuple(ignored), tuple(unknown))
+
+
+def _listed(names: Sequence[str]) -> str:
+    """``'a', 'b' and 'c'``."""
+    shown = [repr(n) for n in names]
+    return ", ".join(shown[:-1]) + f" and {shown[-1]}" if len(shown) > 1 else shown[0]
 
 
 def _ignorable(table: Table, key: Key) -> set[str]:
@@ -174,26 +266,6 @@ def _ignorable(table: Table, key: Key) -> set[str]:
     if not key.by_id:
         ignorable.add(system["id"])
     return ignorable
-
-
-def _header_problems(
-    names: list[str], table: Table, key: Key, ignorable: set[str]
-) -> list[Problem]:
-    """Unknown columns, and key columns the source lacks (all on row 1)."""
-    known = set(table.column_names) | set(key.columns) | ignorable
-    folded = {n.casefold(): n for n in table.column_names}
-    problems = [
-        Problem(1, name, None, f"not a column of table {table.name!r} " + (
-            f"(did you mean {folded[name.casefold()]!r}?)" if name.casefold() in folded
-            else f"(columns: {', '.join(table.column_names)})"
-        ))
-        for name in names if name not in known
-    ]
-    problems += [
-        Problem(1, "id" if key.by_id else name, None, "key column missing from the source")
-        for name in key.columns if name not in names
-    ]
-    return problems
 
 
 def _column(
