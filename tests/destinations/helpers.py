@@ -177,6 +177,10 @@ class Place:
         assert len(out) == len(rows), f"{self.kind}: ids held more than once"
         return out
 
+    def rows(self, name: str) -> list[dict[str, Any]] | None:
+        """Every row of the table `name`, as the storage holds it (None: no such table)."""
+        return self._rows(name)
+
     def types(self, name: str = "orders") -> dict[str, str]:
         """Each column's kind of value (``text``, ``choice``, ``number``, ...) as the storage
         declares it, in the table's column order."""

@@ -1,0 +1,193 @@
+"""Every table lands as itself, in every destination kind: tables whose names collide once a
+destination's rules apply (separators, case, a literal ``-<id>`` suffix) get objects of their
+own, a table keeps its name whichever tables a key can see, and a name that cannot be given
+stops the run before anything is written. Each destination is read back with a reader of its
+own and compared with the server, row by row (`connector.naming`)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from connector.cli import main
+from tests.destinations.helpers import Place
+from tests.destinations.test_iceberg import IcebergPlace
+from tests.fixtures.server import RunningServer
+
+KINDS = ["parquet", "csv", "delta", "iceberg", "sqlite", "postgresql", "duckdb"]
+SPEC_COLUMNS = [{"name": "Label", "type": "text"}]
+
+
+@dataclass
+class Out:
+    """One destination of a kind: the command that writes to it and a reader of its own."""
+
+    kind: str
+    location: str
+
+    def command(self, *extra: str) -> list[str]:
+        if self.kind in ("sqlite", "postgresql", "duckdb"):
+            return ["load", "--to", self.location, *extra]
+        return ["export", "--format", self.kind, "--out", self.location, *extra]
+
+    def labels(self, name: str) -> dict[str, str] | None:
+        """Row id -> Label of the table called `name` here (None: no such table)."""
+        if self.kind == "csv":
+            path = Path(self.location) / f"{name}.csv"
+            if not path.is_file():
+                return None
+            with path.open(newline="", encoding="utf-8") as f:
+                return {r["_id"]: r["Label"] for r in csv.DictReader(f)}
+        place: Any = (IcebergPlace(self.location) if self.kind == "iceberg"
+                      else Place(self.kind, self.location))
+        held = place.held(name)
+        return None if held is None else {i: r["Label"] for i, r in held.items()}
+
+
+@pytest.fixture(params=KINDS)
+def out(request: pytest.FixtureRequest, tmp_path: Path) -> Out:
+    kind = request.param
+    if kind == "sqlite":
+        return Out(kind, f"sqlite:///{tmp_path / 'w.db'}")
+    if kind == "duckdb":
+        return Out(kind, f"duckdb:///{tmp_path / 'w.duckdb'}")
+    if kind == "postgresql":
+        return Out(kind, str(request.getfixturevalue("postgres_db")))
+    return Out(kind, str(tmp_path / "out"))
+
+
+def run(server: RunningServer, args: list[str], key: str | None = None) -> Result:
+    env = {"CONNECTOR_API_KEY": key or server.api_key, "CONNECTOR_BASE_URL": server.base_url}
+    return CliRunner().invoke(main, [*args, "--json"], env=env)
+
+
+def table(server: RunningServer, name: str, *labels: str) -> tuple[str, dict[str, str]]:
+    """A table called `name` with a row per label: its id, and row id -> Label."""
+    table_id = server.create_table({"name": name, "columns": SPEC_COLUMNS})
+    rows = server.insert_rows(table_id, [{"Label": label} for label in labels])
+    return table_id, {r["id"]: r["fields"]["Label"] for r in rows}
+
+
+def targets(result: Result) -> dict[str, str]:
+    """Table id -> the name of the object the summary says it went to (a file's or
+    folder's name without its suffix, a SQL table's name)."""
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    kind = summary["destinations"][0].partition(":")[0]
+    return {t["table_id"]: name_in(kind, t["targets"][0]) for t in summary["tables"]}
+
+
+def name_in(kind: str, target: str) -> str:
+    if kind in ("parquet", "csv", "delta", "iceberg"):
+        return Path(target).name.removesuffix(f".{kind}")
+    return target
+
+
+def test_names_equal_once_made_safe_land_in_objects_of_their_own(
+    server: RunningServer, out: Out
+) -> None:
+    tables = [table(server, name, f"row of {name}") for name in ("a/b", "a_b", "a\\b")]
+
+    went = targets(run(server, out.command()))
+
+    names = {table_id: went[table_id] for table_id, _ in tables}
+    assert len({n.casefold() for n in names.values()}) == 3, names
+    for table_id, rows in tables:  # each object holds exactly its table's rows
+        assert out.labels(names[table_id]) == rows, (out.kind, names[table_id])
+
+
+def test_case_twins_and_a_literal_suffix_never_share_an_object(
+    server: RunningServer, out: Out
+) -> None:
+    upper = table(server, "Orders", "upper 1", "upper 2")
+    lower = table(server, "orders", "lower 1")
+    literal = table(server, f"orders-{lower[0]}", "literal 1", "literal 2", "literal 3")
+
+    went = targets(run(server, out.command()))
+
+    names = {t: went[t] for t, _ in (upper, lower, literal)}
+    assert len({n.casefold() for n in names.values()}) == 3, names
+    for table_id, rows in (upper, lower, literal):
+        assert out.labels(names[table_id]) == rows, (out.kind, names)
+
+
+def test_a_table_keeps_its_name_whatever_the_key_can_see(
+    server: RunningServer, out: Out
+) -> None:
+    upper_id, upper_rows = table(server, "Orders", "upper")
+    lower_id, lower_rows = table(server, "orders", "lower")
+    only_lower = server.create_key(tables=[lower_id])
+
+    first = targets(run(server, out.command(), key=only_lower))  # sees orders alone
+    everything = targets(run(server, out.command()))
+    again = targets(run(server, out.command(), key=only_lower))
+
+    assert first[lower_id] == everything[lower_id] == again[lower_id]
+    assert everything[upper_id].casefold() != first[lower_id].casefold()
+    assert out.labels(everything[upper_id]) == upper_rows
+    assert out.labels(again[lower_id]) == lower_rows
+
+
+def test_a_name_held_by_another_table_is_never_handed_out(
+    server: RunningServer, out: Out
+) -> None:
+    upper_id, upper_rows = table(server, "Orders", "upper")
+    lower_id, lower_rows = table(server, "orders", "lower")
+    only_upper = server.create_key(tables=[upper_id])
+    only_lower = server.create_key(tables=[lower_id])
+
+    held = targets(run(server, out.command(), key=only_upper))[upper_id]
+    went = targets(run(server, out.command(), key=only_lower))[lower_id]
+
+    assert went == f"orders-{lower_id}"
+    assert out.labels(held) == upper_rows  # not replaced by orders' rows
+    assert out.labels(went) == lower_rows
+
+
+def listing(out: Out) -> Callable[[], Any]:
+    """What the destination holds, to compare before and after a refused run."""
+    if out.kind in ("sqlite", "postgresql", "duckdb"):
+        place = Place(out.kind, out.location)
+        return lambda: {t: place.rows(t) for t in place.tables()}
+    folder = Path(out.location)
+    return lambda: sorted((str(p.relative_to(folder)), p.stat().st_mtime_ns)
+                          for p in folder.rglob("*"))
+
+
+def test_a_rename_onto_a_held_name_stops_before_writing_naming_both_tables(
+    server: RunningServer, out: Out
+) -> None:
+    upper_id, upper_rows = table(server, "Orders", "upper")
+    lower_id, _ = table(server, "orders", "lower")
+    targets(run(server, out.command()))
+    before = listing(out)()
+    server.insert_rows(lower_id, [{"Label": "more"}])
+
+    refused = run(server, out.command("--rename", "orders=ORDERS"))
+
+    assert refused.exit_code == 2, refused.output
+    error = json.loads(refused.stdout)["error"]
+    assert upper_id in error and lower_id in error and "--rename" in error, error
+    assert listing(out)() == before  # nothing written anywhere
+    moved = targets(run(server, out.command("--rename", f"{lower_id}=orders_lower")))
+    assert moved[lower_id] == "orders_lower"
+    assert out.labels("orders_lower") is not None and len(out.labels("orders_lower") or {}) == 2
+    assert out.labels(moved[upper_id]) == upper_rows
+
+
+def test_the_record_of_names_says_which_table_each_name_holds(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    upper_id, _ = table(server, "Orders", "upper")
+    lower_id, _ = table(server, "orders", "lower")
+    targets(run(server, ["export", "--out", str(tmp_path)]))
+    record = json.loads((tmp_path / "_connector_tables.json").read_text())
+    assert {e["name"]: e["table_id"] for e in record["tables"]} == {
+        "Orders": upper_id, f"orders-{lower_id}": lower_id}
