@@ -78,9 +78,9 @@ _WRITES_SERVER_FILES = (
     "SELECT current_user, EXISTS (SELECT FROM pg_roles WHERE (rolsuper OR rolname IN "
     "('pg_write_server_files', 'pg_execute_server_program')) AND pg_has_role(oid, 'MEMBER'))"
 )
-#: The statements a PostgreSQL cursor is declared for: its syntax error on a statement of
-#: another kind is that kind refused.
-_PG_QUERIES = frozenset({"SELECT", "VALUES", "TABLE", "WITH"})
+#: The first words of a query: a PostgreSQL cursor's syntax error on a statement that starts
+#: otherwise is that kind of statement refused.
+_QUERIES = frozenset({"SELECT", "VALUES", "TABLE", "WITH"})
 #: A statement's first word past spaces, comments and parentheses: its kind, in messages.
 _FIRST_WORD = re.compile(r"(?:\s+|--[^\n]*|/\*.*?\*/|\()*(\w+)", re.DOTALL)
 
@@ -159,13 +159,14 @@ def _duckdb(query: Query) -> Sheet:
     except duckdb.Error as exc:
         raise ConfigError(f"{db}: cannot open {path}: {_line(exc)}") from None
     try:
-        try:
-            statements = con.extract_statements(query.sql)
-        except ValueError:  # a kind newer than the Python API's StatementType: UPDATE EXTENSIONS
-            raise _not_a_read(sql, _kinds([query.sql])) from None
+        statements = con.extract_statements(query.sql)
         if not statements:
             raise ConfigError(f"{sql}: the query is empty")
-        if [s.type for s in statements] != [duckdb.StatementType.SELECT]:
+        try:
+            kinds = [s.type for s in statements]
+        except ValueError:  # a kind newer than the Python API's StatementType: UPDATE EXTENSIONS
+            kinds = []
+        if kinds != [duckdb.StatementType.SELECT]:
             raise _not_a_read(sql, _kinds([s.query for s in statements]))
         for scheme in {m.lower() for m in _STORAGE_URL.findall(query.sql)}:
             con.register_filesystem(filesystem(f"{scheme}://bucket"))
@@ -206,9 +207,19 @@ def _sqlite(query: Query, database: str) -> Sheet:
         con = sqlite3.connect(target, uri=True, check_same_thread=False)
     except sqlite3.Error as exc:
         raise ConfigError(f"{db}: cannot open {database}: {_line(exc)}") from None
-    con.set_authorizer(_sqlite_reads_only)  # for every statement, also those SQLite runs inside
+    denied: list[int] = []
+
+    def reads_only(action: int, *_: str | None) -> int:
+        """SQLite's authorizer: a statement that asks for more than reading does not compile
+        (also one SQLite compiles inside another: VACUUM's ATTACH)."""
+        if action in _SQLITE_READS:
+            return sqlite3.SQLITE_OK
+        denied.append(action)
+        return sqlite3.SQLITE_DENY
+
+    con.set_authorizer(reads_only)
     try:
-        cursor = _sqlite_select(con, sql, query.sql)
+        cursor = _sqlite_select(con, sql, query.sql, denied)
         columns = _checked(tuple(str(d[0]) for d in cursor.description), sql)
     except BaseException:
         con.close()
@@ -217,14 +228,11 @@ def _sqlite(query: Query, database: str) -> Sheet:
                  _fetched(query, columns, cursor.fetchall, sqlite3.Error, con.close))
 
 
-def _sqlite_reads_only(action: int, *_: str | None) -> int:
-    """SQLite's authorizer: a statement that asks for anything but reading does not compile."""
-    return sqlite3.SQLITE_OK if action in _SQLITE_READS else sqlite3.SQLITE_DENY
-
-
-def _sqlite_select(con: sqlite3.Connection, where: str, text: str) -> sqlite3.Cursor:
+def _sqlite_select(
+    con: sqlite3.Connection, where: str, text: str, denied: list[int]
+) -> sqlite3.Cursor:
     """`text` run once SQLite compiled it, unrun (EXPLAIN), as one statement that only reads
-    and returns rows."""
+    and returns rows; `denied` holds the actions the authorizer refused."""
     try:
         program = con.execute("EXPLAIN " + text).fetchall()
     except sqlite3.ProgrammingError as exc:
@@ -232,7 +240,12 @@ def _sqlite_select(con: sqlite3.Connection, where: str, text: str) -> sqlite3.Cu
             raise _not_a_read(where, "more than one statement") from None
         raise ConfigError(f"{where}: the database refused the query: {_line(exc)}") from None
     except sqlite3.Error as exc:
-        if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_AUTH:
+        if denied and _kinds([text]) in ("SELECT", "VALUES"):
+            raise ConfigError(
+                f"{where}: SQLite refused the query: it asks for more than reading, as a pragma "
+                "function does"
+            ) from None
+        if denied:
             raise _not_a_read(where, _kinds([text])) from None
         raise ConfigError(f"{where}: the database refused the query: {_line(exc)}") from None
     if not any(row[1] == "ResultRow" for row in program):  # VACUUM, REINDEX: no rows, no auth
@@ -275,7 +288,7 @@ def _postgresql(query: Query, url: sa.URL) -> Sheet:
         close()
         kind = _kinds([query.sql])
         if isinstance(exc, psycopg.errors.SyntaxError | psycopg.errors.FeatureNotSupported) and (
-            kind not in _PG_QUERIES
+            kind not in _QUERIES
         ):
             raise _not_a_read(sql, kind, f" (PostgreSQL: {_line(exc)})") from None
         raise ConfigError(f"{sql}: the database refused the query: {_line(exc)}") from None
