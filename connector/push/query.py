@@ -248,7 +248,7 @@ def _sqlite_select(
         if denied:
             raise _not_a_read(where, _kinds([text])) from None
         raise ConfigError(f"{where}: the database refused the query: {_line(exc)}") from None
-    if not any(row[1] == "ResultRow" for row in program):  # VACUUM, REINDEX: no rows, no auth
+    if not any(row[1] == "ResultRow" for row in program):  # VACUUM asks the authorizer nothing
         raise _not_a_read(where, _kinds([text]))
     try:
         return con.execute(text)
