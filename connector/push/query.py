@@ -1,24 +1,42 @@
 """Rows a SQL query returns, as a push source: reverse ETL from a warehouse.
 
-`Query` names a database and a query: a SQLAlchemy URL (``sqlite:///shop.db``,
-``postgresql://user@host/db``; the driver reads a password from its own environment, e.g.
-``PGPASSWORD``) or DuckDB (``duckdb:///analytics.duckdb``, ``duckdb:///:memory:``), whose SQL
-reads Parquet, CSV and JSON files itself (``SELECT * FROM 'exports/*.parquet'``) and, with
+`Query` names a database and a query: SQLite (``sqlite:///shop.db``), PostgreSQL through
+psycopg (``postgresql://user@host/db``; the driver reads a password from its own environment,
+e.g. ``PGPASSWORD``) or DuckDB (``duckdb:///analytics.duckdb``, ``duckdb:///:memory:``), whose
+SQL reads Parquet, CSV and JSON files itself (``SELECT * FROM 'exports/*.parquet'``) and, with
 the ``[s3]`` extra, objects in storage (``read_parquet('s3://bucket/key.parquet')``: the
 filesystem layer of `connector.destinations.storage`, credentials from the standard chain).
 
-The query runs read-only (a DuckDB file opened read-only, SQLite's ``query_only``, a
-PostgreSQL read-only transaction, always rolled back) when the push opens its source, so a
-bad URL or a query the database refuses is a `ConfigError` naming the flag or job key
-(`Query.where`) before a row is read or written. Its result columns are the header the push
-checks against the table; rows are numbered from 1, in the order the query returns them.
+The query reads what it names and changes nothing anywhere, and each engine is what enforces
+it, before the query runs (a push with ``--dry-run`` opens its source too):
+
+- DuckDB opens the file read-only with its configuration locked (no SET, nor the settings a
+  SELECT can change through a function: ``enable_logging()`` writes files) and downloads no
+  extension; its own parser must find one SELECT (not COPY, ATTACH, EXPORT, INSTALL, SET,
+  CHECKPOINT, CREATE SECRET...).
+- SQLite opens the file ``mode=ro``; the driver takes one statement; an authorizer denies
+  every action but reading while SQLite compiles it (INSERT, ATTACH, PRAGMA, BEGIN,
+  CREATE...), first under EXPLAIN, which compiles and does not run, so a statement that
+  returns no rows (VACUUM INTO) is refused too.
+- PostgreSQL runs it in a read-only transaction, rolled back, as a cursor: the server parses
+  the query alone (one statement) and takes it only as a SELECT, VALUES or TABLE query with
+  no data-modifying WITH. A role that can write files on the server (a superuser) is
+  refused: its ``lo_export()`` writes one even from a read-only transaction.
+
+So a bad URL, a statement of another kind (named in the message) or a query the database
+refuses is a `ConfigError` naming the flag or job key (`Query.where`) before a row is read or
+written. Its result columns are the header the push checks against the table; rows are
+numbered from 1, in the order the query returns them.
 """
 
 from __future__ import annotations
 
 import re
+import sqlite3
 from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -29,23 +47,59 @@ from connector.extras import require
 from connector.push.sheet import Sheet, Source, arrow_frame
 from connector.push.source import Query
 
+if TYPE_CHECKING:
+    import psycopg
+    import sqlalchemy as sa
+
 __all__ = ["check_url", "open_query", "safe_url"]
 
 DUCKDB_SCHEME = "duckdb:///"
 #: Rows fetched from a database at a time.
 FETCH_ROWS = 65_536
+#: The SQLAlchemy driver a query runs through, by database: the ones whose read-only guards
+#: are below (SQLite's authorizer through pysqlite, a cursor parsed alone through psycopg).
+DRIVERS = {"sqlite": "pysqlite", "postgresql": "psycopg"}
 _STORAGE_URL = re.compile(r"\b(" + "|".join(map(re.escape, SCHEMES)) + r")://", re.IGNORECASE)
+#: A DuckDB connection that changes nothing: `lock_configuration` refuses every later
+#: setting, also one a SELECT makes through a function; reading ``https://`` would otherwise
+#: download and install httpfs.
+_DUCKDB_CONFIG = {
+    "TimeZone": "UTC",
+    "autoinstall_known_extensions": False,
+    "lock_configuration": True,
+}
+#: The SQLite authorizer actions of a statement that only reads.
+_SQLITE_READS = frozenset(
+    {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
+)
+#: Whether the PostgreSQL role can write files on the server (lo_export, COPY TO): as a
+#: superuser or a member of the roles that may, directly or through SET ROLE.
+_WRITES_SERVER_FILES = (
+    "SELECT current_user, EXISTS (SELECT FROM pg_roles WHERE (rolsuper OR rolname IN "
+    "('pg_write_server_files', 'pg_execute_server_program')) AND pg_has_role(oid, 'MEMBER'))"
+)
+#: The first words of a query: a PostgreSQL cursor's syntax error on a statement that starts
+#: otherwise is that kind of statement refused.
+_QUERIES = frozenset({"SELECT", "VALUES", "TABLE", "WITH"})
+#: A statement's first word past spaces, comments and parentheses: its kind, in messages.
+_FIRST_WORD = re.compile(r"(?:\s+|--[^\n]*|/\*.*?\*/|\()*(\w+)", re.DOTALL)
 
 
 def open_query(query: Query) -> Sheet:
-    """Run `query` and return its rows as a source; ConfigError (naming `query.where`) when
-    the URL, the database or the query cannot be used."""
-    sql = query.where[1]
+    """Run `query` read-only and return its rows as a source; ConfigError (naming
+    `query.where`) when the URL, the database or the query cannot be used."""
+    db, sql = query.where
     if not query.sql.strip():
         raise ConfigError(f"{sql}: the query is empty")
     if query.url.lower().startswith("duckdb:"):
         return _duckdb(query)
-    return _sqlalchemy(query)
+    import sqlalchemy as sa
+
+    check_url(query.url, db)
+    url = sa.engine.make_url(query.url)
+    if url.get_backend_name() == "sqlite":
+        return _sqlite(query, url.database or ":memory:")
+    return _postgresql(query, url)
 
 
 def safe_url(url: str) -> str:
@@ -61,21 +115,28 @@ def safe_url(url: str) -> str:
 
 
 def check_url(url: str, where: str) -> None:
-    """A URL `open_query` can try: DuckDB's, or one SQLAlchemy parses for a database kind it
-    knows. ConfigError naming `where` otherwise (the value is not shown: it may hold a
-    password)."""
+    """A URL `open_query` can run a query on read-only: DuckDB's, SQLite's or PostgreSQL's
+    through psycopg. ConfigError naming `where` otherwise (the value is not shown: it may
+    hold a password)."""
     if url.lower().startswith("duckdb:"):
         _duckdb_path(url, where)
         return
     import sqlalchemy as sa
 
     try:
-        sa.engine.make_url(url).get_dialect()
+        parsed = sa.engine.make_url(url)
+        parsed.get_dialect()
     except (sa.exc.ArgumentError, ImportError):
         raise ConfigError(
             f"{where}: not a database URL SQLAlchemy knows (write it like sqlite:///shop.db, "
             "postgresql://user@host/db or duckdb:///analytics.duckdb)"
         ) from None
+    if DRIVERS.get(parsed.get_backend_name()) != parsed.get_driver_name():
+        raise ConfigError(
+            f"{where}: a query runs read-only on SQLite (sqlite:///shop.db), PostgreSQL through "
+            f"psycopg (postgresql://user@host/db) or DuckDB (duckdb:///analytics.duckdb), not "
+            f"on {parsed.drivername}"
+        )
 
 
 def _duckdb_path(url: str, where: str) -> str:
@@ -93,18 +154,24 @@ def _duckdb(query: Query) -> Sheet:
     duckdb = require("duckdb", "duckdb:/// queries")
     if path != ":memory:" and not Path(path).is_file():
         raise ConfigError(f"{db}: no DuckDB database file {path}")
-    try:
-        con = duckdb.connect() if path == ":memory:" else duckdb.connect(path, read_only=True)
+    try:  # an in-memory database cannot open read-only; nothing in it outlives the push
+        con = duckdb.connect(path, read_only=path != ":memory:", config=_DUCKDB_CONFIG)
     except duckdb.Error as exc:
         raise ConfigError(f"{db}: cannot open {path}: {_line(exc)}") from None
     try:
-        con.execute("SET TimeZone = 'UTC'")
+        statements = con.extract_statements(query.sql)
+        if not statements:
+            raise ConfigError(f"{sql}: the query is empty")
+        try:
+            kinds = [s.type for s in statements]
+        except ValueError:  # a kind newer than the Python API's StatementType: UPDATE EXTENSIONS
+            kinds = []
+        if kinds != [duckdb.StatementType.SELECT]:
+            raise _not_a_read(sql, _kinds([s.query for s in statements]))
         for scheme in {m.lower() for m in _STORAGE_URL.findall(query.sql)}:
             con.register_filesystem(filesystem(f"{scheme}://bucket"))
         relation = con.sql(query.sql)
-        if relation is None:  # a statement, not a query
-            raise ConfigError(f"{sql}: the query returns no rows (a SELECT is needed)")
-        columns = tuple(relation.columns)  # bound, not run: rows are read by `read`
+        columns = _checked(tuple(relation.columns), sql)  # bound, not run: `read` reads rows
     except duckdb.Error as exc:
         con.close()
         raise ConfigError(f"{sql}: DuckDB refused the query: {_line(exc)}") from None
@@ -127,52 +194,124 @@ def _duckdb(query: Query) -> Sheet:
             con.close()
         return _numbered(query.name, arrow_frame(data), columns)
 
-    return Sheet(query.name, _checked(columns, sql), read)
+    return Sheet(query.name, columns, read)
 
 
-def _sqlalchemy(query: Query) -> Sheet:
+def _sqlite(query: Query, database: str) -> Sheet:
+    db, sql = query.where
+    memory = database == ":memory:"
+    if not memory and not Path(database).is_file():
+        raise ConfigError(f"{db}: no SQLite database file {database}")
+    target = database if memory else Path(database).resolve().as_uri() + "?mode=ro"
+    try:
+        con = sqlite3.connect(target, uri=True, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise ConfigError(f"{db}: cannot open {database}: {_line(exc)}") from None
+    denied: list[int] = []
+
+    def reads_only(action: int, *_: str | None) -> int:
+        """SQLite's authorizer: a statement that asks for more than reading does not compile
+        (also one SQLite compiles inside another: VACUUM's ATTACH)."""
+        if action in _SQLITE_READS:
+            return sqlite3.SQLITE_OK
+        denied.append(action)
+        return sqlite3.SQLITE_DENY
+
+    con.set_authorizer(reads_only)
+    try:
+        cursor = _sqlite_select(con, sql, query.sql, denied)
+        columns = _checked(tuple(str(d[0]) for d in cursor.description), sql)
+    except BaseException:
+        con.close()
+        raise
+    return Sheet(query.name, columns,
+                 _fetched(query, columns, cursor.fetchall, sqlite3.Error, con.close))
+
+
+def _sqlite_select(
+    con: sqlite3.Connection, where: str, text: str, denied: list[int]
+) -> sqlite3.Cursor:
+    """`text` run once SQLite compiled it, unrun (EXPLAIN), as one statement that only reads
+    and returns rows; `denied` holds the actions the authorizer refused."""
+    try:
+        program = con.execute("EXPLAIN " + text).fetchall()
+    except sqlite3.ProgrammingError as exc:
+        if "one statement at a time" in str(exc):  # the driver's rule, checked before a run
+            raise _not_a_read(where, "more than one statement") from None
+        raise ConfigError(f"{where}: the database refused the query: {_line(exc)}") from None
+    except sqlite3.Error as exc:
+        if denied and _kinds([text]) in ("SELECT", "VALUES"):
+            raise ConfigError(
+                f"{where}: SQLite refused the query: it asks for more than reading, as a pragma "
+                "function does"
+            ) from None
+        if denied:
+            raise _not_a_read(where, _kinds([text])) from None
+        raise ConfigError(f"{where}: the database refused the query: {_line(exc)}") from None
+    if not any(row[1] == "ResultRow" for row in program):  # VACUUM asks the authorizer nothing
+        raise _not_a_read(where, _kinds([text]))
+    try:
+        return con.execute(text)
+    except sqlite3.Error as exc:
+        raise ConfigError(f"{where}: the database refused the query: {_line(exc)}") from None
+
+
+def _postgresql(query: Query, url: sa.URL) -> Sheet:
+    import psycopg
     import sqlalchemy as sa
 
     db, sql = query.where
-    check_url(query.url, db)
-    url = sa.engine.make_url(query.url)
-    backend = url.get_backend_name()
-    if backend == "sqlite" and url.database not in (None, "", ":memory:") and not Path(
-        str(url.database)
-    ).is_file():
-        raise ConfigError(f"{db}: no SQLite database file {url.database}")
     try:
-        engine = sa.create_engine(url)
-        con = engine.connect()
-    except (sa.exc.SQLAlchemyError, ImportError) as exc:
+        engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+        raw = engine.raw_connection()
+    except (sa.exc.SQLAlchemyError, psycopg.Error) as exc:
         raise ConfigError(f"{db}: cannot connect to {safe_url(query.url)}: {_line(exc)}") from None
-    try:
-        if backend == "sqlite":
-            con.exec_driver_sql("PRAGMA query_only = ON")
-        elif backend == "postgresql":
-            con.exec_driver_sql("SET TRANSACTION READ ONLY")
-        result = con.exec_driver_sql(query.sql)
-        if not result.returns_rows:
-            raise ConfigError(f"{sql}: the query returns no rows (a SELECT is needed)")
-        columns = tuple(map(str, result.keys()))
-    except sa.exc.SQLAlchemyError as exc:
-        con.close()
+
+    def close() -> None:
+        raw.close()  # the transaction rolled back
         engine.dispose()
+
+    pg = cast("psycopg.Connection[Any]", raw.driver_connection)  # a live one: it just connected
+    try:
+        pg.read_only = True  # BEGIN READ ONLY before the first statement
+        [(user, writes_files)] = pg.execute(_WRITES_SERVER_FILES).fetchall()
+        if writes_files:
+            raise ConfigError(
+                f"{db}: role {user} can write files on the database server (a superuser, or a "
+                "member of pg_write_server_files or pg_execute_server_program), which a "
+                "read-only transaction does not stop: connect as a role that only reads"
+            )
+        cursor = pg.cursor("connector_query")
+        cursor.execute(query.sql)  # DECLARE connector_query CURSOR FOR ..., parsed alone
+        columns = _checked(tuple(d.name for d in cursor.description or ()), sql)
+    except psycopg.Error as exc:
+        close()
+        kind = _kinds([query.sql])
+        if isinstance(exc, psycopg.errors.SyntaxError | psycopg.errors.FeatureNotSupported) and (
+            kind not in _QUERIES
+        ):
+            raise _not_a_read(sql, kind, f" (PostgreSQL: {_line(exc)})") from None
         raise ConfigError(f"{sql}: the database refused the query: {_line(exc)}") from None
     except BaseException:
-        con.close()
-        engine.dispose()
+        close()
         raise
+    return Sheet(query.name, columns,
+                 _fetched(query, columns, cursor.fetchall, psycopg.Error, close))
+
+
+def _fetched(
+    query: Query, columns: tuple[str, ...], fetchall: Callable[[], Sequence[Sequence[Any]]],
+    errors: type[Exception], close: Callable[[], None],
+) -> Callable[[frozenset[str] | None], Source]:
+    """A `Sheet` reader of the rows a DB-API cursor holds, closing its connection."""
 
     def read(_: frozenset[str] | None) -> Source:
         try:
-            rows = result.fetchall()
-        except sa.exc.SQLAlchemyError as exc:
-            raise ConfigError(f"{sql}: the query failed: {_line(exc)}") from None
+            rows = fetchall()
+        except errors as exc:
+            raise ConfigError(f"{query.where[1]}: the query failed: {_line(exc)}") from None
         finally:
-            con.rollback()
-            con.close()
-            engine.dispose()
+            close()
         cells = list(zip(*rows, strict=True)) if rows else [() for _ in columns]
         frame = pd.DataFrame(
             {i: _compact(pd.Series(list(c), dtype=object)) for i, c in enumerate(cells)},
@@ -181,7 +320,18 @@ def _sqlalchemy(query: Query) -> Sheet:
         frame.columns = pd.Index(columns)
         return _numbered(query.name, frame, columns)
 
-    return Sheet(query.name, _checked(columns, sql), read)
+    return read
+
+
+def _kinds(statements: Sequence[str]) -> str:
+    """The statements' kinds (first words) for a message: ``COPY``, ``3 statements (ATTACH;
+    DROP; SELECT)``."""
+    kinds = [m.group(1).upper() if (m := _FIRST_WORD.match(s)) else "?" for s in statements]
+    return kinds[0] if len(kinds) == 1 else f"{len(kinds)} statements ({'; '.join(kinds)})"
+
+
+def _not_a_read(where: str, kinds: str, detail: str = "") -> ConfigError:
+    return ConfigError(f"{where}: {kinds} refused: the query runs read-only, as one SELECT{detail}")
 
 
 def _checked(columns: tuple[str, ...], sql: str) -> tuple[str, ...]:

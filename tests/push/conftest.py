@@ -128,3 +128,25 @@ def inproc(inproc_factory: InProcessFactory) -> InProcess:
 def fields(rows: list[dict[str, Any]], *names: str) -> list[tuple[Any, ...]]:
     """The named cells of API rows, sorted: what a table holds, independent of row order."""
     return sorted(tuple(r["fields"].get(n) for n in names) for r in rows)
+
+
+@pytest.fixture
+def postgres_user(postgres_db: str) -> Iterator[str]:
+    """`postgres_db` as a role that is no superuser and may write every table and sequence
+    made in it later: a query that changes nothing shows the read-only guard at work, not a
+    missing privilege."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    url = make_url(postgres_db)
+    role = f"{url.database}_user"
+    admin = url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as db:
+        db.execute(f'CREATE ROLE "{role}" LOGIN')
+        db.execute(f'GRANT ALL ON SCHEMA public TO "{role}"')
+        for kind in ("TABLES", "SEQUENCES", "FUNCTIONS"):
+            db.execute(f'ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT ALL ON {kind} TO "{role}"')
+    yield url.set(username=role).render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as db:
+        db.execute(f'DROP OWNED BY "{role}"')
+        db.execute(f'DROP ROLE "{role}"')

@@ -99,7 +99,7 @@ def test_push_from_a_sqlite_query_then_again_changes_nothing(
     )
 
 
-def test_push_from_postgresql(inproc: InProcess, postgres_db: str) -> None:
+def test_push_from_postgresql(inproc: InProcess, postgres_db: str, postgres_user: str) -> None:
     import psycopg
 
     table_id = inproc.create_table(SPEC)
@@ -114,16 +114,16 @@ def test_push_from_postgresql(inproc: InProcess, postgres_db: str) -> None:
             ])
     query = 'SELECT sku AS "Sku", qty AS "Qty", kind AS "Kind", since AS "Since", open AS "Open" FROM stock'
 
-    result = push(inproc.client(), Query(postgres_db, query), table="Stock", key="Sku")
+    result = push(inproc.client(), Query(postgres_user, query), table="Stock", key="Sku")
 
     assert (result.created, result.rejected) == (3, ())
     got = sorted(({n: r["fields"].get(n) for n in ROWS[0]} for r in inproc.rows(table_id)),
                  key=lambda r: r["Sku"])
     assert got == ROWS
     with pytest.raises(ConfigError, match=r"^--sql: the database refused the query: .*nope"):
-        push(inproc.client(), Query(postgres_db, "SELECT nope FROM stock"), table="Stock", key="Sku")
-    with pytest.raises(ConfigError, match=r"^--sql: the database refused the query: .*read-only"):
-        push(inproc.client(), Query(postgres_db, "DELETE FROM stock RETURNING sku"), table="Stock",
+        push(inproc.client(), Query(postgres_user, "SELECT nope FROM stock"), table="Stock", key="Sku")
+    with pytest.raises(ConfigError, match=r"^--sql: DELETE refused: the query runs read-only"):
+        push(inproc.client(), Query(postgres_user, "DELETE FROM stock RETURNING sku"), table="Stock",
              key="Sku")
     with psycopg.connect(dsn) as db:  # the query ran read-only: nothing deleted
         assert db.execute("SELECT count(*) FROM stock").fetchone() == (3,)
@@ -200,7 +200,8 @@ def test_bad_urls_and_queries_are_usage_errors_before_any_write(
     assert "--db: no SQLite database file" in refused("--db", "sqlite:///nope.db", "--sql", "SELECT 1")
     assert "--sql: the database refused the query: no such table: stok" in refused(
         "--db", url, "--sql", "SELECT * FROM stok")
-    assert "--sql: the database refused the query" in refused("--db", url, "--sql", "DELETE FROM stock")
+    assert "--sql: DELETE refused: the query runs read-only" in refused(
+        "--db", url, "--sql", "DELETE FROM stock")
     assert "missing --sql" in refused("--db", url)
     assert "not both" in refused(str(tmp_path / "x.csv"), "--db", url, "--sql", SELECT)
     secret = "postgresql://user:s3cret-pw@127.0.0.1:1/db"
