@@ -9,7 +9,9 @@
 (`pip install 'table-data-connector[dlt]'`; without it, importing this module raises
 `MissingExtra` naming the extra.) Any dlt destination takes it: only the pipeline changes.
 
-**One resource per table**, named as the table, yielding the typed Arrow record batches of
+**One resource per table**, named as the table (`connector.naming`: a table whose name
+another table has once dlt's naming convention applies gets ``<name>_<table id>``; a table
+keeps its name, kept in the source's state, whichever tables a key can see), yielding the typed Arrow record batches of
 `connector.extract.Extraction` (the one page reader: stable order, overlap-checked). Column
 hints come from the same Arrow schema (`connector.schema`, the one type mapping): ``_id``,
 ``_created_at``, ``_updated_at``, then the table's columns. ``_id`` is the primary key and
@@ -55,11 +57,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Client
+from connector.api.paging import shadowed
 from connector.errors import PermissionDenied, SkippedTableWarning
 from connector.extract import Extraction
 from connector.extras import require
 from connector.jobs.config import DEFAULT_LOOKBACK
 from connector.jobs.stamps import iso
+from connector.naming import NameRules, assign
 from connector.schema import Table, arrow_schema
 from connector.tables import resolve_tables
 
@@ -68,6 +72,8 @@ if TYPE_CHECKING:
     from dlt.extract.incremental import Incremental
 else:
     dlt = require("dlt", "connector.dlt (the dlt source)")
+
+from dlt.common.exceptions import PipelineStateNotAvailable  # after require: MissingExtra first
 
 __all__ = ["tabledata"]
 
@@ -103,13 +109,28 @@ def tabledata(
                     SkippedTableWarning,
                     stacklevel=2,
                 )
-    taken: set[str] = set()
+    names = _names(schemas)
     for table in schemas:
-        # As an export names files: a later table whose name an earlier one has, in any
-        # case, gets its id too (dlt would otherwise load both into one destination table).
-        name = table.name if table.name.casefold() not in taken else f"{table.name}-{table.id}"
-        taken.add(table.name.casefold())
-        yield _resource(_TableReader(where, table, page_size, deletes), name, lookback)
+        yield _resource(_TableReader(where, table, page_size, deletes), names[table.id], lookback)
+
+
+def _names(schemas: Sequence[Table]) -> dict[str, str]:
+    """Each table's resource (and destination table) name, from the one name map
+    (`connector.naming`) under the source's naming convention, so no two tables share a
+    destination table after dlt normalises their names; the names given are kept in the
+    source's state (`_claim`), so a table keeps its name whichever tables a key can see."""
+    naming = dlt.current.source_schema().naming
+    rules = NameRules(max_bytes=naming.max_length or 255, normalize=naming.normalize_table_identifier)
+    try:
+        held: dict[str, str | None] = dict(dlt.current.source_state().get("names", {}))
+    except PipelineStateNotAvailable:  # listed outside a pipeline: nothing held to keep
+        held = {}
+    return assign([(t.id, t.name) for t in schemas], rules, held, where="the dlt source")
+
+
+def _claim(name: str, table_id: str) -> None:
+    """Keep in the source's state that `name` holds the table (committed with the load)."""
+    dlt.current.source_state().setdefault("names", {})[name] = table_id
 
 
 @dataclass(frozen=True)
@@ -138,6 +159,7 @@ def _resource(reader: _TableReader, name: str, lookback: float) -> Any:
     )
 
     def rows(updated_at: Incremental[datetime] = cursor) -> Iterator[pa.Table]:
+        _claim(name, reader.table.id)
         yield from reader.read(updated_at.start_value, dlt.current.resource_state())
 
     resource = dlt.resource(
@@ -176,9 +198,7 @@ class _TableReader:
         self.page_size = page_size
         self.deletes = deletes
         system = table.system_names()
-        deleted = "_deleted"
-        while deleted in table.column_names or deleted in system.values():
-            deleted = f"_{deleted}"
+        deleted = system["deleted"]
         self.names = _Names(system["id"], system["updated_at"], deleted)
         self.schema = arrow_schema(table).append(pa.field(deleted, pa.bool_()))
 
@@ -191,7 +211,7 @@ class _TableReader:
                 if self.deletes:
                     state["ids"] = sorted(read)
                 return
-            newest = _newest(client, self.table.id)
+            newest = _newest(client, self.table)
             read = set()
             yield from self._batches(self._extraction(client, _after(since)), read)
             if not self.deletes:
@@ -213,7 +233,10 @@ class _TableReader:
         return Extraction(
             client,
             self.table,
-            filter=None if updated_after is None else {"updated_at": {"gt": updated_after}},
+            # a column called updated_at would be filtered instead: then every row (dlt's
+            # incremental keeps the newer ones)
+            filter=None if updated_after is None or shadowed(self.table, "updated_at")
+            else {"updated_at": {"gt": updated_after}},
             page_size=self.page_size,
         )
 
@@ -237,9 +260,12 @@ class _TableReader:
         return pa.Table.from_arrays(columns, schema=self.schema)
 
 
-def _newest(client: Client, table_id: str) -> str | None:
-    """The newest ``updated_at`` on the server, asked before the change read (S)."""
-    page = client.list_rows(table_id, limit=1, sort="updated_at", order="desc")
+def _newest(client: Client, table: Table) -> str | None:
+    """The newest ``updated_at`` on the server, asked before the change read (S); None where
+    a column called updated_at would be sorted instead."""
+    if shadowed(table, "updated_at"):
+        return None
+    page = client.list_rows(table.id, limit=1, sort="updated_at", order="desc")
     return page.rows[0].updated_at if page.rows else None
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from connector.errors import NameClash
@@ -80,6 +80,9 @@ class NameRules:
     column_bytes: int | None = None
     #: Column names are compared folded (SQLite, DuckDB and Delta fold case).
     columns_fold: bool = False
+    #: What the destination makes of a name before anything else (dlt's naming convention:
+    #: ``Orders-1`` -> ``orders_1``), so names stay distinct after it; must be idempotent.
+    normalize: Callable[[str], str] | None = None
 
 
 def fold(name: str) -> str:
@@ -91,6 +94,8 @@ def fold(name: str) -> str:
 
 def spell(name: str, table_id: str, rules: NameRules) -> str:
     """`name` as the destination can hold it (rule 1 of the module docstring); not yet unique."""
+    if rules.normalize is not None:
+        name = rules.normalize(name)
     spelled = (_UNSAFE_IN_FILES if rules.files else _UNSAFE).sub("_", name)
     folded = fold(spelled)
     if (rules.files and spelled.startswith(".")) or any(
@@ -101,8 +106,8 @@ def spell(name: str, table_id: str, rules: NameRules) -> str:
 
 
 def _suffixed(name: str, table_id: str, rules: NameRules) -> str:
-    """The spelled name ending in ``-<table id>``: unique, since ids are."""
-    return _fit(spell(name, table_id, rules).removesuffix(f"-{table_id}"), f"-{table_id}", table_id, rules)
+    """The name with ``-<table id>`` (as the destination spells that): unique, since ids are."""
+    return spell(f"{name}-{table_id}", table_id, rules)
 
 
 def _fit(name: str, tail: str, table_id: str, rules: NameRules) -> str:

@@ -290,7 +290,7 @@ def test_a_table_the_key_may_not_read_is_left_out_with_a_warning(
     monkeypatch.setenv("CONNECTOR_API_KEY", workspace.server.create_key(tables=["Deals"]))
     with pytest.warns(SkippedTableWarning, match=workspace.notes):
         source = tabledata(tables=["Deals", workspace.notes])
-    assert list(source.resources) == ["Deals"]
+    assert list(source.resources) == ["deals"]  # named as dlt names its table
     workspace.pipeline().run(source)
     workspace.assert_deals_match()
 
@@ -389,3 +389,27 @@ def test_a_quiet_run_makes_the_documented_requests_and_a_deletion_adds_the_id_pa
     assert [json.loads(p.get("filter", "null")) for p in id_pass] == [None]
     assert gone not in workspace.destination_rows("deals")
     workspace.assert_deals_match()
+
+
+def test_tables_whose_names_dlt_makes_equal_load_into_tables_of_their_own(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dlt's naming convention makes ``Deal Stage``, ``deal_stage`` and ``DEAL-STAGE`` one
+    table name; each gets its own table, and keeps it when a key sees only one of them."""
+    ids = {}
+    for name in ("Deal Stage", "deal_stage", "DEAL-STAGE"):
+        ids[name] = workspace.server.create_table({"name": name, "columns": NOTES["columns"]})
+        workspace.server.insert_rows(ids[name], [{"Text": f"from {name}"}])
+    pipeline = workspace.run(tables=list(ids))
+    names = [t for t in pipeline.default_schema.data_table_names() if t.startswith("deal_stage")]
+    assert len(names) == 3, names
+    texts = {r: {row["text"] for row in workspace.destination_rows(r).values()} for r in names}
+    assert sorted(texts.values(), key=sorted) == sorted(
+        ({f"from {n}"} for n in ids), key=sorted)
+
+    monkeypatch.setenv("CONNECTOR_API_KEY", workspace.server.create_key(tables=[ids["DEAL-STAGE"]]))
+    workspace.server.insert_rows(ids["DEAL-STAGE"], [{"Text": "later"}])
+    workspace.run(tables=[ids["DEAL-STAGE"]])
+    after = {r: {row["text"] for row in workspace.destination_rows(r).values()} for r in names}
+    changed = {r for r in names if after[r] != texts[r]}
+    assert len(changed) == 1 and after[changed.pop()] == {"from DEAL-STAGE", "later"}

@@ -291,3 +291,20 @@ def test_a_catalog_asking_for_full_table_reads_every_row_despite_the_bookmark(ta
 
     messages = [json.loads(line) for line in done.stdout.splitlines()]
     assert_records_match([m["record"] for m in messages if m["type"] == "RECORD"], tap.server_rows())
+
+
+def test_tables_named_alike_in_any_case_are_streams_of_their_own(tap: Tap) -> None:
+    """Targets name a table after its stream: ``Notes`` and ``notes`` must not be one."""
+    ids = {}
+    for name in ("Notes", "notes"):
+        ids[name] = tap.server.create_table({"name": name, "columns": [{"name": "Text", "type": "text"}]})
+        tap.server.insert_rows(ids[name], [{"Text": f"from {name}"}])
+    tap.write_config(tables=list(ids))
+    messages = [json.loads(line) for line in tap.run().stdout.splitlines()]
+    by_stream: dict[str, set[str]] = {}
+    for m in messages:
+        if m["type"] == "RECORD":
+            by_stream.setdefault(m["stream"], set()).add(m["record"]["Text"])
+    assert len({s.casefold() for s in by_stream}) == 2, by_stream
+    assert sorted(by_stream.values(), key=sorted) == [{"from Notes"}, {"from notes"}]
+    assert by_stream["Notes"] == {"from Notes"}  # the first listed keeps its name

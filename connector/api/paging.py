@@ -75,6 +75,7 @@ __all__ = [
     "ExtractionError",
     "PageReader",
     "order_key",
+    "shadowed",
     "split_rows",
 ]
 
@@ -97,11 +98,17 @@ _KEY_CELLS = {"id": 0, "created_at": 1, "updated_at": 2}
 
 
 
+def shadowed(table: Table, field: str) -> bool:
+    """Whether a user column shadows the system field `field` in the API's ``sort`` and
+    ``filter`` (compared case-insensitively, as a server may match names): asking for it
+    would then sort or filter by the user's column."""
+    return field.lower() in {name.lower() for name in table.column_names}
+
+
 def order_key(table: Table) -> str | None:
-    """The first of `ORDER_KEYS` no user column shadows (compared case-insensitively, as a
-    server may match names), or None: read in the server's default order."""
-    taken = {name.lower() for name in table.column_names}
-    return next((key for key in ORDER_KEYS if key not in taken), None)
+    """The first of `ORDER_KEYS` no user column shadows, or None: read in the server's
+    default order."""
+    return next((key for key in ORDER_KEYS if not shadowed(table, key)), None)
 
 
 class _Unordered(Exception):

@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connector.api import MAX_PAGE_SIZE, Client
+from connector.api.paging import shadowed
 from connector.errors import ApiValidationError, BadRequest
 from connector.extract import Extraction
 from connector.ids import IdSet, hash_ids
@@ -96,6 +97,9 @@ class TableReads:
         self.lookback = lookback
         self.note = note
         self.updated_name = table.system_names()["updated_at"]
+        #: A user column shadows ``updated_at``: the API would sort and filter by it, so
+        #: every incremental read reads every row and keeps the changed ones itself.
+        self.shadowed = shadowed(table, "updated_at")
 
     def rows(
         self,
@@ -127,6 +131,9 @@ class TableReads:
         It becomes the next cursor: a row changed while the read runs gets a later
         timestamp, so the next run reads it again, whether or not this run saw the change.
         """
+        if self.shadowed:  # sorting would sort by the user's column: only the clock
+            page = self.client.list_rows(self.table.id, limit=1, filter=filter or None)
+            return None, page.served_at
         page = self.client.list_rows(
             self.table.id, limit=1, sort="updated_at", order="desc", filter=filter or None
         )
@@ -151,6 +158,8 @@ class TableReads:
     ) -> ChangeRead:
         """Spool the rows changed since L (`lower_bound`)."""
         since = lower_bound(cursor, settled, self.lookback)
+        if self.shadowed:
+            return self._everything_keep_newer(cursor, since, spool, bar)
         changed = {**self.filter, "updated_at": {"gt": since}}
         try:
             newest, served_at = self.newest(changed)
@@ -168,9 +177,13 @@ class TableReads:
     ) -> ChangeRead:
         """The sorted fallback: every matching row through the reader; those newer than L
         are spooled, and every id read is the id pass."""
-        self.note("updated_at filter refused: every row read, the changed ones kept")
+        if self.shadowed:
+            self.note("a column called 'updated_at' hides the system field from the API's "
+                      "filters: every row read, the changed ones kept")
+        else:
+            self.note("updated_at filter refused: every row read, the changed ones kept")
         newest, served_at = self.newest_or_none(self.filter)
-        if newest is None:
+        if newest is None and not self.shadowed:
             self.note(
                 "sorting by updated_at refused too: the next cursor is the newest row read, "
                 "so a change made during this read may wait for a --verify"

@@ -107,7 +107,6 @@ class TableSync:
             and previous.cursor is not None
             and previous.schema == self.fingerprint
             and not ops
-            and "updated_at" not in table.column_names  # the filter would hit the user column
             and all(s is not None and fits(s, self.target) for s in stored)
         )
         if self.context.dry_run:
@@ -399,7 +398,7 @@ class TableSync:
         """
         table, filter = self.table, self.filter
         everything = filter or None
-        if previous is not None and previous.cursor is not None:
+        if previous is not None and previous.cursor is not None and not self.reads.shadowed:
             since = lower_bound(previous.cursor, previous.settled, self.job.lookback)
             changed = {**filter, "updated_at": {"gt": since}}
             try:

@@ -27,11 +27,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Client
+from connector.api.paging import shadowed
 from connector.errors import PermissionDenied
 from connector.extract import Extraction
 from connector.extras import require
 from connector.jobs.config import DEFAULT_LOOKBACK
 from connector.jobs.stamps import iso
+from connector.naming import NameRules, assign
 from connector.schema import Table, arrow_schema
 from connector.singer import NAME
 from connector.tables import resolve_tables
@@ -46,16 +48,20 @@ else:
 __all__ = ["TableStream", "TapTableData"]
 
 
+#: Stream names: unique ignoring case (targets name tables after them), without controls.
+STREAM_NAMES = NameRules(max_bytes=255)
+
+
 class TableStream(singer_sdk.Stream):
     """One table: its records typed as an export types them, read through the page reader."""
 
     is_sorted = False  # read by creation time: the bookmark is kept when the stream ends
 
-    def __init__(self, tap: TapTableData, table: Table) -> None:
+    def __init__(self, tap: TapTableData, table: Table, name: str) -> None:
         self.table = table
         self.source = tap  # singer-sdk keeps its own reference private
         system = table.system_names()
-        super().__init__(tap, schema=json_schema(arrow_schema(table)), name=table.name)
+        super().__init__(tap, schema=json_schema(arrow_schema(table)), name=name)
         self.primary_keys = [system["id"]]
         self.replication_key = system["updated_at"]
 
@@ -68,7 +74,9 @@ class TableStream(singer_sdk.Stream):
             extraction = Extraction(
                 client,
                 self.table,
-                filter=None if after is None else {"updated_at": {"gt": after}},
+                # a column called updated_at would be filtered instead: then every row
+                filter=None if after is None or shadowed(self.table, "updated_at")
+                else {"updated_at": {"gt": after}},
                 page_size=self.source.page_size,
             )
             for batch in extraction:
@@ -129,13 +137,16 @@ class TapTableData(singer_sdk.Tap):
         with self.client() as client:
             listed = client.list_tables()
             ids = [t.id for t in listed] if wanted is None else resolve_tables(listed, wanted)
-            streams = []
+            tables = []
             for table_id in ids:
                 try:
-                    streams.append(TableStream(self, client.get_table(table_id)))
+                    tables.append(client.get_table(table_id))
                 except PermissionDenied:
                     self.logger.warning("table %r: the key may not read it; left out", table_id)
-        return streams
+        # One stream per table, named by the one name map (`connector.naming`): a table whose
+        # name another has in any case gets <name>-<table id>; a target never merges two.
+        names = assign([(t.id, t.name) for t in tables], STREAM_NAMES, {}, where="the tap")
+        return [TableStream(self, t, names[t.id]) for t in tables]
 
 
 def json_schema(schema: pa.Schema) -> dict[str, Any]:
