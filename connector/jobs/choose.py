@@ -84,7 +84,7 @@ def choose(
         try:
             excluded.add(resolve_table(summaries, value))
         except ConfigError:
-            note(value, "tables.exclude names no table; ignored")
+            note(value, f"{'--exclude' if job.one_shot else 'tables.exclude'} names no table; ignored")
     filters = {
         resolve(name, f"tables.filter.{name}: "): conditions
         for name, conditions in selection.filters
@@ -141,7 +141,8 @@ def _place(
             chosen.decided.append(TableResult(
                 table.name, table.id, "failed",
                 error="; ".join(problems) + " — nothing was written; rename the column "
-                "upstream, or leave the table out (tables.exclude, --exclude)",
+                "upstream, or leave the table out ("
+                + ("--exclude" if job.one_shot else "tables.exclude") + ")",
             ))
         else:
             kept.append((table, filter))

@@ -271,6 +271,8 @@ def _shared(command: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed([
         click.option("--table", "tables", multiple=True, metavar="NAME",
                      help="A table name or id (repeat for more). Default: every table."),
+        click.option("--exclude", "excluded", multiple=True, metavar="NAME",
+                     help="A table name or id to leave out (repeat for more)."),
         click.option("--rename", "renames", multiple=True, metavar="TABLE=NAME",
                      callback=_renames_option,
                      help="Give TABLE (a name or id; by id when its name holds '=') the name "
@@ -306,8 +308,9 @@ def _shared(command: Callable[..., Any]) -> Callable[..., Any]:
 @_shared
 @click.pass_context
 def export(ctx: click.Context, out_dir: str, fmt: str, excel_safe: bool,
-           tables: tuple[str, ...], renames: tuple[tuple[str, str], ...], page_size: int,
-           base_url: str | None, max_concurrency: int | None, as_json: bool) -> None:
+           tables: tuple[str, ...], excluded: tuple[str, ...],
+           renames: tuple[tuple[str, str], ...], page_size: int, base_url: str | None,
+           max_concurrency: int | None, as_json: bool) -> None:
     """Export tables to Parquet, CSV, Delta Lake or Iceberg in a directory or object storage.
 
     One <table name>.parquet (or .csv, or a Delta or Iceberg table) per table, written aside
@@ -326,8 +329,8 @@ def export(ctx: click.Context, out_dir: str, fmt: str, excel_safe: bool,
                                   excel_safe=excel_safe)
     except ConfigError as exc:
         _refuse(str(exc), "out_dir", as_json)
-    _one_shot(ctx, "export", destination, tables, renames, page_size, base_url, max_concurrency,
-              as_json)
+    _one_shot(ctx, "export", destination, (tables, excluded, renames), page_size, base_url,
+              max_concurrency, as_json)
 
 
 export.help = (export.help or "") + _EXIT_CODES
@@ -349,8 +352,8 @@ export.help = (export.help or "") + _EXIT_CODES
 @_shared
 @click.pass_context
 def load(ctx: click.Context, url: str, mode: str, deletes: str, tables: tuple[str, ...],
-         renames: tuple[tuple[str, str], ...], page_size: int, base_url: str | None,
-         max_concurrency: int | None, as_json: bool) -> None:
+         excluded: tuple[str, ...], renames: tuple[tuple[str, str], ...], page_size: int,
+         base_url: str | None, max_concurrency: int | None, as_json: bool) -> None:
     """Load tables into a SQL database, one SQL table per table.
 
     Each table is written in one transaction: replace swaps it in, so readers never see it
@@ -366,8 +369,8 @@ def load(ctx: click.Context, url: str, mode: str, deletes: str, tables: tuple[st
                                   base=Path.cwd())
     except ConfigError as exc:
         _refuse(str(exc), "url", as_json)
-    _one_shot(ctx, "load", destination, tables, renames, page_size, base_url, max_concurrency,
-              as_json, deletes=deletes if mode == "merge" else "keep")
+    _one_shot(ctx, "load", destination, (tables, excluded, renames), page_size, base_url,
+              max_concurrency, as_json, deletes=deletes if mode == "merge" else "keep")
 
 
 load.help = (load.help or "") + _EXIT_CODES
@@ -403,18 +406,20 @@ def _refused_json(command: str, message: str) -> None:
     print_json(failed_summary(command, ConfigError(message), started_at=now()))
 
 
-def _one_shot(ctx: click.Context, command: str, destination: Any, tables: tuple[str, ...],
-              renames: tuple[tuple[str, str], ...], page_size: int, base_url: str | None,
-              max_concurrency: int | None, as_json: bool, *, deletes: str = "keep") -> None:
+def _one_shot(ctx: click.Context, command: str, destination: Any, selection: Any,
+              page_size: int, base_url: str | None, max_concurrency: int | None,
+              as_json: bool, *, deletes: str = "keep") -> None:
+    tables, excluded, renames = selection
     verb = "exported" if command == "export" else "loaded"
 
     def body() -> RunSummary:
         from connector.jobs.config import one_shot_job
         from connector.jobs.run import run_job
 
-        job = one_shot_job(command, destination, tables=tables, base_url=base_url,
-                           page_size=page_size, max_concurrency=max_concurrency,
-                           deletes=deletes, renames=renames)  # type: ignore[arg-type]
+        job = one_shot_job(command, destination, tables=tables, exclude=excluded,
+                           renames=renames, base_url=base_url, page_size=page_size,
+                           max_concurrency=max_concurrency,
+                           deletes=deletes)  # type: ignore[arg-type]
         return run_job(job, show_progress=None)
 
     def text(summary: RunSummary) -> None:

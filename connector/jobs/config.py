@@ -214,14 +214,15 @@ def one_shot_job(
     destination: DestinationConfig,
     *,
     tables: Sequence[str] = (),
+    exclude: Sequence[str] = (),
     base_url: str | None = None,
     page_size: int = 100,
     max_concurrency: int | None = None,
     deletes: DeletePolicy = "keep",
     renames: Sequence[tuple[str, str]] = (),
 ) -> Job:
-    """The job a command (`export`, `load`) runs: `tables` (default every one) read in full
-    into `destination`, with the URL and key from the usual environment variables. A
+    """The job a command (`export`, `load`) runs: `tables` (default every one, less
+    `exclude`) read in full into `destination`, with the URL and key from the usual environment variables. A
     merging load applies deletions as `deletes` says (every live id is read); `renames`
     names tables in the destination (``--rename``)."""
     source = Source(
@@ -235,7 +236,9 @@ def one_shot_job(
         path=Path(command),
         name=command,
         source=source,
-        tables=TableSelection(include=tuple(tables) or None, renames=tuple(renames)),
+        tables=TableSelection(
+            include=tuple(tables) or None, exclude=tuple(exclude), renames=tuple(renames)
+        ),
         destinations=(destination,),
         incremental=False,
         deletes=deletes,

@@ -191,3 +191,49 @@ def test_the_record_of_names_says_which_table_each_name_holds(
     record = json.loads((tmp_path / "_connector_tables.json").read_text())
     assert {e["name"]: e["table_id"] for e in record["tables"]} == {
         "Orders": upper_id, f"orders-{lower_id}": lower_id}
+
+
+@pytest.mark.parametrize(
+    ("kind", "columns", "says"),
+    [
+        ("postgresql", ["c" * 64], "is 64 bytes long; it holds names of at most 63"),
+        ("sqlite", ["Name", "name"], "columns 'Name' and 'name' would be one column"),
+        ("duckdb", ["Name", "name"], "columns 'Name' and 'name' would be one column"),
+        ("delta", ["Name", "name"], "columns 'Name' and 'name' would be one column"),
+    ],
+)
+def test_columns_a_destination_cannot_hold_fail_that_table_before_any_write(
+    server: RunningServer, request: pytest.FixtureRequest, tmp_path: Path,
+    kind: str, columns: list[str], says: str,
+) -> None:
+    if kind == "postgresql":
+        out = Out(kind, str(request.getfixturevalue("postgres_db")))
+    elif kind == "delta":
+        out = Out(kind, str(tmp_path / "out"))
+    else:
+        out = Out(kind, f"{kind}:///{tmp_path / 'w.db'}")
+    first_id, first_rows = table(server, "First", "fine")
+    bad = server.create_table({"name": "Wide", "columns": [{"name": c, "type": "text"} for c in columns]})
+    server.insert_rows(bad, [dict.fromkeys(columns, "x")])
+    last_id, last_rows = table(server, "Last", "fine too")
+
+    result = run(server, out.command())
+
+    assert result.exit_code == 1, result.output
+    summary = json.loads(result.stdout)
+    by_id = {t["table_id"]: t for t in summary["tables"]}
+    assert set(by_id) == {first_id, bad, last_id}  # every table is in the summary
+    assert by_id[bad]["status"] == "failed" and says in by_id[bad]["error"]
+    assert "nothing was written" in by_id[bad]["error"] and "--exclude" in by_id[bad]["error"]
+    assert (by_id[first_id]["status"], by_id[last_id]["status"]) == ("ok", "ok")
+    assert out.labels("First") == first_rows and out.labels("Last") == last_rows
+    assert out.labels("Wide") is None  # nothing of it written
+
+
+def test_export_leaves_out_the_tables_excluded(server: RunningServer, tmp_path: Path) -> None:
+    kept_id, kept_rows = table(server, "Kept", "k")
+    left_id, _ = table(server, "Left", "l")
+    went = targets(run(server, ["export", "--out", str(tmp_path), "--exclude", "left"]))
+    assert set(went) == {kept_id}
+    assert Out("parquet", str(tmp_path)).labels("Kept") == kept_rows
+    assert not (tmp_path / "Left.parquet").exists()
