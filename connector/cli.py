@@ -300,8 +300,10 @@ def tables(base_url: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([dataclasses.asdict(t) for t in found], indent=2))
         return
+    from connector.reporting import shown
+
     rows = [("ID", "NAME", "COLUMNS", "ROWS")]
-    rows += [(t.id, t.name, str(t.columns), str(t.rows)) for t in found]
+    rows += [(t.id, shown(t.name), str(t.columns), str(t.rows)) for t in found]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
         click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + r[3])
@@ -326,13 +328,15 @@ def schema(table: str, base_url: str | None, as_json: bool) -> None:
         ]
         click.echo(json.dumps({"id": found.id, "name": found.name, "columns": columns}, indent=2))
         return
-    click.echo(f"{found.name} ({found.id})")
-    width = max((len(c.name) for c in found.columns), default=0)
+    from connector.reporting import shown
+
+    click.echo(f"{shown(found.name)} ({found.id})")
+    width = max((len(shown(c.name)) for c in found.columns), default=0)
     for c in found.columns:
         extra = " required" if c.required else ""
         if c.options is not None:
-            extra += " options: " + ", ".join(c.options)
-        click.echo(f"  {c.name.ljust(width)}  {c.type.ljust(8)} -> {c.pandas_dtype}{extra}")
+            extra += " options: " + ", ".join(map(shown, c.options))
+        click.echo(f"  {shown(c.name).ljust(width)}  {shown(c.type).ljust(8)} -> {c.pandas_dtype}{extra}")
 
 
 def max_concurrency_option(

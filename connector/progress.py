@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Protocol
+from typing import Any, Protocol
 
 import click
-from click._termui_impl import ProgressBar
+
+from connector.reporting import shown
 
 __all__ = ["Progress", "progress"]
 
@@ -29,8 +30,8 @@ def progress(label: str, total: int | None, *, enabled: bool | None = None) -> I
     if not show:
         yield _Silent()
         return
-    bar: ProgressBar[int] = click.progressbar(
-        length=total, label=label, file=sys.stderr, show_pos=True, show_eta=True
+    bar: Any = click.progressbar(
+        length=total, label=shown(label), file=sys.stderr, show_pos=True, show_eta=True
     )
     with bar:
         yield bar

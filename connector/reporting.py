@@ -6,12 +6,20 @@ own fields; these are their text forms, shared by every command and by the Dagst
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from connector.results import RunSummary
 
-__all__ = ["describe_event", "summary_lines", "table_line"]
+__all__ = ["describe_event", "shown", "summary_lines", "table_line"]
+
+
+def shown(text: str) -> str:
+    """`text` as a line shows it: as it is when it is plain printable text, else quoted with
+    its control, bidirectional and other invisible characters escaped (``'a\\nb'``), so one
+    name is one line and what is printed is what was written."""
+    return text if text.isprintable() else repr(text)
 
 
 def describe_event(event: str, **fields: Any) -> str | None:
@@ -27,7 +35,7 @@ def describe_event(event: str, **fields: Any) -> str | None:
     if event == "retry":  # a wait before a request is tried again
         return str(fields["message"])  # as every command prints it
     if event == "note":
-        return f"  {fields['table']}: {fields['note']}"
+        return f"  {shown(fields['table'])}: {fields['note']}"
     if event == "waiting":  # for another run of the job to release its lock
         holder = f" ({fields['holder']})" if fields.get("holder") else ""
         return (
@@ -43,9 +51,9 @@ def describe_event(event: str, **fields: Any) -> str | None:
 def table_line(t: dict[str, Any]) -> str:
     """One table's result: rows read, written and deleted, the same terms for every
     destination and command."""
-    name = f"{t['table']:<20}"
+    name = f"{shown(t['table']):<20}"
     if t["status"] in ("failed", "skipped", "frozen"):
-        return f"{name} {t['status'].upper()}: {t['error']}"
+        return f"{name} {t['status'].upper()}: {t['error']}" + _committed(t)
     if t["status"] == "planned":
         changes = _changes(t)
         return f"{name} would read {t['rows_read']} rows ({t['read']}){changes}"
@@ -68,13 +76,25 @@ def table_line(t: dict[str, Any]) -> str:
     return line
 
 
+def _committed(t: dict[str, Any]) -> str:
+    """Under a failed table: what it read, and what the destinations that did commit hold."""
+    done = [d for d in t.get("destinations") or () if d["status"] == "ok"]
+    if not done:
+        return ""
+    lines = [f"read {t['rows_read']} rows; committed nonetheless to:"] + [
+        f"  {d['destination']}: {d['rows_written']} written, {d['rows_deleted']} deleted"
+        for d in done
+    ]
+    return "".join(f"\n  {'':<20} {line}" for line in lines)
+
+
 def _changes(t: dict[str, Any]) -> str:
     changes = t.get("schema_changes") or ()
     return f"\n  {'':<20} columns: {'; '.join(changes)}" if changes else ""
 
 
 def _push_line(p: dict[str, Any]) -> str:
-    head = f"push {Path(p['file'] or '').name} -> {p['table']}:"
+    head = f"push {shown(Path(p['file'] or '').name)} -> {shown(p['table'] or '')}:"
     if p["status"] == "failed":
         return f"{head} FAILED: {p['error']}"
     verb = "plan" if p["status"] == "planned" else "applied"
@@ -95,14 +115,15 @@ def summary_lines(summary: RunSummary, verb: str | None = None) -> list[str]:
         lines = []
         for t in tables:
             if t.status in ("ok", "unchanged"):
-                where = ", ".join(t.targets)
+                where = ", ".join(map(shown, t.targets))
                 lines.append(
-                    f"{t.table}: {t.rows_read:,} read, {t.rows_written:,} written, "
+                    f"{shown(t.table)}: {t.rows_read:,} read, {t.rows_written:,} written, "
                     f"{t.rows_deleted:,} deleted in {t.seconds:.1f} s -> {where}"
                     + (f" (columns: {'; '.join(t.schema_changes)})" if t.schema_changes else "")
                 )
             else:
-                lines.append(f"{t.table}: {t.status}: {t.error}")
+                lines.append(f"{shown(t.table)}: {t.status}: {t.error}"
+                             + _committed(asdict(t)).replace(f"\n  {'':<20} ", "\n  "))
         if summary.status == "interrupted" or (summary.error and not tables):
             return lines  # the error line says it; "0 of 0 tables" would read as empty
         held = [

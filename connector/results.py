@@ -16,6 +16,7 @@ from connector.errors import ExitCode
 
 __all__ = [
     "STATUSES",
+    "DestinationResult",
     "PushResult",
     "Read",
     "RunStatus",
@@ -56,6 +57,20 @@ class Verified:
 
 
 @dataclass(frozen=True)
+class DestinationResult:
+    """What one destination of a run holds of a table afterwards: the commit it made (its
+    rows written and deleted), or why it made none (the table there left as it was)."""
+
+    #: The destination as the summary's ``destinations`` lists it, and the table in it.
+    destination: str
+    target: str
+    status: Literal["ok", "failed"]
+    rows_written: int = 0
+    rows_deleted: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class TableResult:
     """What a run did to one table. Rows are counted the same way for every destination:
     read from the API, written (inserted or replaced; an append counts only the rows it
@@ -83,6 +98,9 @@ class TableResult:
     targets: tuple[str, ...] = ()
     #: Set on a verifying run (``--verify``): what it found and repaired.
     verified: Verified | None = None
+    #: What each destination committed, when the table got as far as writing: a table that
+    #: failed in one destination may have been committed in the others.
+    destinations: tuple[DestinationResult, ...] = ()
 
 
 @dataclass(frozen=True)

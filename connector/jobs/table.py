@@ -32,10 +32,10 @@ import numpy as np
 import pyarrow as pa
 
 from connector.arrays import arrow_ints, arrow_mask, concat_ids, int64_values, no_ids
-from connector.destinations import Committed, TableChange, Target
+from connector.destinations import TableChange, Target
 from connector.destinations.base import fits
 from connector.destinations.evolve import SchemaOp, columns_of, describe, diff
-from connector.errors import ApiValidationError, BadRequest
+from connector.errors import ApiValidationError, BadRequest, DestinationError
 from connector.ids import IdSet, hash_ids
 from connector.jobs.choose import Filter
 from connector.jobs.context import RunContext
@@ -47,7 +47,7 @@ from connector.jobs.state import TableState
 from connector.jobs.verify import Digest, batch_digest
 from connector.process import raise_if_stopped
 from connector.progress import progress
-from connector.results import TableResult, Verified
+from connector.results import DestinationResult, TableResult, Verified
 from connector.schema import Column, Table
 
 __all__ = ["TableSync", "fingerprint"]
@@ -179,20 +179,46 @@ class TableSync:
 
     def _stream(self, ops: tuple[SchemaOp, ...], changes: tuple[str, ...]) -> TableResult:
         """One destination, nothing to merge: straight from the reader into it, no spool."""
-        (destination,), (target,) = self.destinations, self.placed
+        (destination,) = self.destinations
         newest, served_at = (
             self.reads.newest_or_none(self.filter) if self.job.incremental else (None, None)
         )
         tap = _Tap(self.target.updated_name)
         with self._bar() as bar:
             rows = tap(counted(self.reads.rows(), bar))
-            mode = destination.config.mode
-            done = destination.apply(target, TableChange(mode, rows, evolve=ops))
-            self.context.claim(0, target)
-        self._save(newest or tap.cursor or EPOCH, self.reads.settled(served_at), done.written)
+            done = self._commit(0, TableChange(destination.config.mode, rows, evolve=ops))
+        if done.status == "failed":
+            return self._failed([done], read="full", rows_read=tap.rows, schema_changes=changes)
+        self._save(newest or tap.cursor or EPOCH, self.reads.settled(served_at), done.rows_written)
         return self.result(
-            status="ok", read="full", rows_read=tap.rows, rows_written=done.written,
-            schema_changes=changes,
+            status="ok", read="full", rows_read=tap.rows, rows_written=done.rows_written,
+            schema_changes=changes, destinations=(done,),
+        )
+
+    def _commit(self, index: int, change: TableChange) -> DestinationResult:
+        """`change` committed to destination `index` (and the table's name recorded there).
+        A destination's refusal (`DestinationError`) is its result, not the table's end: the
+        other destinations still commit, and the table reports what each did."""
+        destination, target = self.destinations[index], self.placed[index]
+        where = destination.config.describe()
+        try:
+            done = destination.apply(target, change)
+        except DestinationError as exc:
+            return DestinationResult(where, self.targets[index], "failed", error=str(exc))
+        self.context.claim(index, target)
+        return DestinationResult(where, self.targets[index], "ok", done.written, done.deleted)
+
+    def _failed(self, results: Sequence[DestinationResult], **fields: Any) -> TableResult:
+        """The table failed in some destinations (its state is not advanced: the next run
+        writes it again); what the others committed is counted and listed."""
+        failed = [r for r in results if r.status == "failed"]
+        return self.result(
+            status="failed",
+            error="; ".join(f"{r.destination}: {r.error}" for r in failed),
+            rows_written=max((r.rows_written for r in results), default=0),
+            rows_deleted=max((r.rows_deleted for r in results), default=0),
+            destinations=tuple(results),
+            **fields,
         )
 
     def _write(
@@ -232,9 +258,9 @@ class TableSync:
                 window_rows=window_rows,
             )
         raise_if_stopped()  # a stop swallowed during the read: write nothing
-        done: list[Committed] = []
-        for index, (destination, target, g, s, merge) in enumerate(
-            zip(self.destinations, self.placed, gone, same, merges, strict=True)
+        done: list[DestinationResult] = []
+        for index, (destination, g, s, merge) in enumerate(
+            zip(self.destinations, gone, same, merges, strict=True)
         ):
             mode = "merge" if merge else destination.config.mode
             skip = concat_ids([g, s])
@@ -246,8 +272,11 @@ class TableSync:
                 evolve=ops,
                 ids=read.minus(IdSet.of([skip])),
             )
-            done.append(destination.apply(target, change))
-            self.context.claim(index, target)
+            done.append(self._commit(index, change))
+        read_as = "incremental" if incremental else "full"
+        if any(d.status == "failed" for d in done):
+            return self._failed(done, read=read_as, rows_read=spool.rows, window_rows=window_rows,
+                                late_rows=late, schema_changes=changes)
         if rows is None:  # not counted on the way: count what the first merging one holds
             merging = [(d, t) for d, t, m in zip(self.destinations, self.placed, merges, strict=True)
                        if m]
@@ -257,13 +286,14 @@ class TableSync:
         self._save(cursor, settled, rows)
         return self.result(
             status="ok",
-            read="incremental" if incremental else "full",
+            read=read_as,
             rows_read=spool.rows,
-            rows_written=max(d.written for d in done),
-            rows_deleted=max(d.deleted for d in done),
+            rows_written=max(d.rows_written for d in done),
+            rows_deleted=max(d.rows_deleted for d in done),
             window_rows=window_rows,
             late_rows=late,
             schema_changes=changes,
+            destinations=tuple(done),
         )
 
     def _window(self, spool: Spool, cursor: str) -> pa.Table | None:
@@ -330,7 +360,7 @@ class TableSync:
             spool.close()
             upstream = Digest.of((batch_digest(b, names) for b in spool.batches()), spool.rows)
             found = Verified()
-            written = deleted = 0
+            results: list[DestinationResult] = []
             read = spool.ids()
             raise_if_stopped()
             with self.context.writing(self.destinations):
@@ -339,11 +369,8 @@ class TableSync:
                 )):
                     if not merge:  # replaced or appended, as a full run does
                         mode = destination.config.mode
-                        done = destination.apply(
-                            placed, TableChange(mode, spool.batches(), evolve=ops)
-                        )
-                        self.context.claim(index, placed)
-                        written = max(written, done.written)
+                        change = TableChange(mode, spool.batches(), evolve=ops)
+                        results.append(self._commit(index, change))
                         continue
                     held = (batch_digest(b, names) for b in destination.scan(placed, names))
                     missing, different, extra = upstream.compare(held, spool)
@@ -353,19 +380,21 @@ class TableSync:
                     rewrite = IdSet.of([missing, different])
                     if len(rewrite) or len(extra) or ops:
                         only = concat_ids([missing, different])
-                        done = destination.apply(placed, TableChange(
+                        results.append(self._commit(index, TableChange(
                             "merge", spool.batches(only=only), deleted=extra,
                             mark=job.deletes == "mark", evolve=ops, ids=rewrite,
-                        ))
-                        self.context.claim(index, placed)
-                        written = max(written, done.written)
-                        deleted = max(deleted, done.deleted)
+                        )))
+            if any(r.status == "failed" for r in results):
+                return self._failed(results, read="verify", rows_read=spool.rows,
+                                    verified=found, schema_changes=changes)
             self._save(newest or spool.cursor or EPOCH, self.reads.settled(served_at), len(read))
         finally:
             spool.discard()
         return self.result(
-            status="ok", read="verify", rows_read=spool.rows, rows_written=written,
-            rows_deleted=deleted, verified=found, schema_changes=changes,
+            status="ok", read="verify", rows_read=spool.rows,
+            rows_written=max((r.rows_written for r in results), default=0),
+            rows_deleted=max((r.rows_deleted for r in results), default=0),
+            verified=found, schema_changes=changes, destinations=tuple(results),
         )
 
     def _save(self, cursor: str, settled: str | None, rows: int, *, write: bool = True) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -232,8 +233,33 @@ def test_columns_a_destination_cannot_hold_fail_that_table_before_any_write(
 
 def test_export_leaves_out_the_tables_excluded(server: RunningServer, tmp_path: Path) -> None:
     kept_id, kept_rows = table(server, "Kept", "k")
-    left_id, _ = table(server, "Left", "l")
+    table(server, "Left", "l")
     went = targets(run(server, ["export", "--out", str(tmp_path), "--exclude", "left"]))
     assert set(went) == {kept_id}
     assert Out("parquet", str(tmp_path)).labels("Kept") == kept_rows
     assert not (tmp_path / "Left.parquet").exists()
+
+
+def test_names_with_controls_print_escaped_one_line_each_and_name_the_real_file(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    """A server may send any name: ours refuses control and bidi characters, so one is put
+    into its store directly."""
+    table_id, rows = table(server, "plain", "x")
+    evil = "two\nlines\x1b[31m red\u202eevil\x00"
+    with sqlite3.connect(server.db_path) as db:
+        db.execute("UPDATE tables SET name = ? WHERE id = ?", (evil, table_id))
+    server.restart()
+    env = {"CONNECTOR_API_KEY": server.api_key, "CONNECTOR_BASE_URL": server.base_url}
+
+    exported = CliRunner().invoke(main, ["export", "--out", str(tmp_path / "out")], env=env)
+    listed = CliRunner().invoke(main, ["tables"], env=env)
+
+    for result in (exported, listed):
+        assert result.exit_code == 0, result.output
+        assert not {"\x1b", "\u202e", "\x00"} & set(result.output), result.output
+        assert sum(repr(evil) in line for line in result.output.splitlines()) == 1
+    [line] = [ln for ln in exported.output.splitlines() if repr(evil) in ln]
+    written = Path(line.rpartition("-> ")[2])
+    assert written.is_file()  # the path printed is the file written
+    assert Out("parquet", str(tmp_path / "out")).labels(written.stem) == rows
