@@ -556,3 +556,24 @@ def test_hostile_table_and_column_names(place: Place) -> None:
     assert {i: (r["select"], r["x`y\"z"], r[DELETED_AT] is None) for i, r in held.items()} == {
         "r'1": ("changed", None, True), 'r"2': ("other", 1.5, False)}
     assert scan(place, ["_id", "x`y\"z"], renamed).to_pylist() == [{"_id": "r'1", "x`y\"z": None}]
+
+
+def test_held_names_say_which_table_each_name_holds(place: Place) -> None:
+    """What `connector.naming` names tables from: every table the destination holds, and
+    the table id recorded for it (None: written, not recorded)."""
+    opened = open_destination(place.config())
+    try:
+        assert opened.held() == {}
+        place.apply(ROWS)
+        assert opened.held() == {"orders": None}
+        opened.claim({"orders": TABLE.id, "claimed_first": "tbl_other"})
+        assert opened.held() == {"orders": TABLE.id, "claimed_first": "tbl_other"}
+        opened.claim({"orders": TABLE.id})  # recorded again: now the latest
+        assert list(opened.held()) == ["claimed_first", "orders"]
+    finally:
+        opened.close()
+    reopened = open_destination(place.config())  # kept by the destination itself
+    try:
+        assert reopened.held() == {"claimed_first": "tbl_other", "orders": TABLE.id}
+    finally:
+        reopened.close()
