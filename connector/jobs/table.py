@@ -212,9 +212,11 @@ class TableSync:
         """The table failed in some destinations (its state is not advanced: the next run
         writes it again); what the others committed is counted and listed."""
         failed = [r for r in results if r.status == "failed"]
+        alone = len(self.destinations) == 1  # its error names the place already
         return self.result(
             status="failed",
-            error="; ".join(f"{r.destination}: {r.error}" for r in failed),
+            error="; ".join(str(r.error) if alone else f"{r.destination}: {r.error}"
+                            for r in failed),
             rows_written=max((r.rows_written for r in results), default=0),
             rows_deleted=max((r.rows_deleted for r in results), default=0),
             destinations=tuple(results),
