@@ -243,6 +243,21 @@ def test_stamps_of_year_1_and_9999_round_trip(
     assert_same(kind, ws, tmp_path, postgres)
 
 
+def test_with_the_lookback_window_rows_ahead_are_read_again_but_not_late(
+    wrong_clock: Workspace, tmp_path: Path
+) -> None:
+    ws = wrong_clock
+    job = ws.job(INCREMENTAL.replace("lookback = 0", 'lookback = "5m"') + DESTINATIONS["duckdb"])
+    run_ok(ws, job)
+
+    quiet, _ = run_ok(ws, job)
+
+    # Every row is minutes old: the 9 stamped by the clock come from the window, unchanged.
+    assert (quiet.status, quiet.rows_read, quiet.window_rows) == ("unchanged", 11, 9)
+    assert (quiet.late_rows, quiet.ahead_rows, quiet.rows_written) == (0, 2, 0)
+    assert_same("duckdb", ws, tmp_path)
+
+
 def export_csv(ws: Workspace, folder: Path) -> RunSummary:
     destination = make_config("csv", str(folder), mode="replace", where="--out", base=folder)
     environ = {"CONNECTOR_BASE_URL": ws.server.base_url, "CONNECTOR_API_KEY": ws.server.api_key}
