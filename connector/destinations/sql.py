@@ -480,7 +480,7 @@ def _utc_text(value: Any) -> str:
     if value.tzinfo is None:  # SQLite hands back UTC timestamps without a zone
         value = value.replace(tzinfo=UTC)
     # isoformat, not strftime: that writes year 1 as "1", which no parser reads back.
-    return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    return str(value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds")) + "Z"
 
 
 # --- connections and errors ----------------------------------------------------------------
