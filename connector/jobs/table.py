@@ -247,9 +247,8 @@ class TableSync:
             )
         unchanged = [self._unchanged(window, d, previous) if merge else None
                      for d, merge in zip(self.destinations, merges, strict=True)]
-        same = [no_ids() if window is None or u is None
-                else window.column("id").combine_chunks().filter(arrow_mask(u))
-                for u in unchanged]
+        again_ids = no_ids() if window is None else window.column("id").combine_chunks()
+        same = [no_ids() if u is None else again_ids.filter(arrow_mask(u)) for u in unchanged]
         read = spool.ids()
         again = self._again(window, previous)
         window_rows = int(again.sum())
