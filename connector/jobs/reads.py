@@ -63,9 +63,6 @@ from connector.schema import Table
 
 __all__ = ["Ahead", "ChangeRead", "TableReads", "counted", "lower_bound"]
 
-#: Rows asked for, newest first, to find the newest stamp at or before the horizon when the
-#: newest row is past it; with more rows ahead than this, the server's clock stands in.
-AHEAD_PAGE = 100
 #: Rows stamped ahead of the server's clock named in the run's note (all are counted).
 AHEAD_NAMED = 3
 
@@ -150,28 +147,27 @@ class TableReads:
 
         It becomes the next cursor: a row changed while the read runs gets a later
         timestamp, so the next run reads it again, whether or not this run saw the change.
-        Rows stamped past the horizon are passed over (one more page, newest first); with
-        more of them than `AHEAD_PAGE` the clock itself stands in: every change made after
-        it answered is stamped later.
+        Rows stamped past the horizon are passed over, a page at a time, newest first (the
+        read reads them all anyway); where every row is past it, the clock itself stands
+        in: a change made after it answered is stamped later.
         """
-        page = self.client.list_rows(
+        first = self.client.list_rows(
             self.table.id, limit=1, sort="updated_at", order="desc", filter=filter or None
         )
-        if not page.rows:
-            return None, page.served_at
-        bound = horizon(page.served_at)
-        top = _stamp(page.rows[0].updated_at, page.rows[0].id)
-        if top <= bound:
-            return top, page.served_at
-        more = self.client.list_rows(
-            self.table.id, limit=AHEAD_PAGE, sort="updated_at", order="desc",
-            filter=filter or None,
-        )
-        for row in more.rows:
-            stamp = _stamp(row.updated_at, row.id)
-            if stamp <= bound:
-                return stamp, page.served_at
-        return iso(page.served_at or datetime.now(UTC)), page.served_at
+        bound = horizon(first.served_at)
+        rows, offset = first.rows, 0
+        while rows:
+            for row in rows:
+                stamp = _stamp(row.updated_at, row.id)
+                if stamp <= bound:
+                    return stamp, first.served_at
+            offset += len(rows)
+            rows = self.client.list_rows(
+                self.table.id, limit=MAX_PAGE_SIZE, offset=offset, sort="updated_at",
+                order="desc", filter=filter or None,
+            ).rows
+        newest = iso(first.served_at or datetime.now(UTC)) if offset else None
+        return newest, first.served_at
 
     def ahead(self, served_at: datetime | None) -> Ahead:
         """A counter of the rows a read finds stamped past the horizon of `served_at` (the

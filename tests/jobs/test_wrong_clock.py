@@ -67,11 +67,21 @@ def cell(value: Any) -> Any:
     return value
 
 
+def api_rows(ws: Workspace) -> list[dict[str, Any]]:
+    """Every People row the API serves, page by page (by the limit it applies)."""
+    rows: list[dict[str, Any]] = []
+    while True:
+        page = ws.api("GET", f"/tables/{ws.people}/rows", params={"limit": 1000, "offset": len(rows)})
+        rows += page["rows"]
+        if len(page["rows"]) < page["limit"]:
+            return rows
+
+
 def upstream(ws: Workspace) -> dict[str, dict[str, Any]]:
     """People as the API serves it: row id -> stamps (microseconds) and every cell."""
     schema = ws.api("GET", f"/tables/{ws.people}")
     columns = [c["name"] for c in schema["columns"]]
-    rows = ws.api("GET", f"/tables/{ws.people}/rows", params={"limit": 1000})["rows"]
+    rows = api_rows(ws)
     return {
         r["id"]: {"created_at": instant(r["created_at"]), "updated_at": instant(r["updated_at"]),
                   **{c: r["fields"].get(c) for c in columns}}
@@ -134,8 +144,7 @@ def stamp(ws: Workspace, **faults: str | None) -> None:
 
 
 def ids_by_name(ws: Workspace) -> dict[str, str]:
-    rows = ws.api("GET", f"/tables/{ws.people}/rows", params={"limit": 1000})["rows"]
-    return {r["fields"]["Name"]: r["id"] for r in rows}
+    return {r["fields"]["Name"]: r["id"] for r in api_rows(ws)}
 
 
 class Notes:
@@ -256,6 +265,56 @@ def test_with_the_lookback_window_rows_ahead_are_read_again_but_not_late(
     assert (quiet.status, quiet.rows_read, quiet.window_rows) == ("unchanged", 11, 9)
     assert (quiet.late_rows, quiet.ahead_rows, quiet.rows_written) == (0, 2, 0)
     assert_same("duckdb", ws, tmp_path)
+
+
+def cursor_of(ws: Workspace, folder: Path) -> str:
+    state = json.loads((folder / "job.state.json").read_text())
+    return str(state["tables"][ws.people]["cursor"])
+
+
+def test_the_cursor_is_the_newest_stamp_behind_pages_of_rows_ahead(
+    make_workspace: MakeWorkspace, tmp_path: Path
+) -> None:
+    """More rows ahead than a page (the server's pages hold 50 here): the cursor is still
+    the newest stamp at or before the server's clock, so nothing is read again but them."""
+    ws = make_workspace(people=3, fault_control=True, max_page_size=50)
+    stamp(ws, stamp_updated_at=AHEAD)
+    for first in (1000, 1100):
+        ws.api("POST", f"/tables/{ws.people}/rows/bulk",
+               json={"rows": [{"fields": person(i)} for i in range(first, first + 60)]})
+    stamp(ws, stamp_updated_at=None)
+    job = ws.job(INCREMENTAL + DESTINATIONS["parquet"])
+
+    first, notes = run_ok(ws, job)
+
+    assert first.ahead_rows == 120
+    assert any("and 117 more" in n for n in notes.lines)
+    rows = api_rows(ws)
+    assert cursor_of(ws, tmp_path) == max(r["updated_at"] for r in rows if r["updated_at"] < "2999")
+    ws.api("POST", f"/tables/{ws.people}/rows", json={"fields": person(100)})
+    second, _ = run_ok(ws, job)
+    assert (second.rows_read, second.rows_written, second.ahead_rows) == (121, 1, 120)
+    assert_same("parquet", ws, tmp_path)
+
+
+def test_where_every_row_is_ahead_the_clock_is_the_cursor(
+    make_workspace: MakeWorkspace, tmp_path: Path
+) -> None:
+    ws = make_workspace(people=0, fault_control=True)
+    stamp(ws, stamp_updated_at=FAR)
+    ws.api("POST", f"/tables/{ws.people}/rows", json={"fields": person(1)})
+    stamp(ws, stamp_updated_at=None)
+    job = ws.job(INCREMENTAL + DESTINATIONS["parquet"])
+    before = datetime.now(UTC) - timedelta(seconds=5)
+
+    first, _ = run_ok(ws, job)
+
+    assert first.ahead_rows == 1
+    assert instant(before) <= instant(cursor_of(ws, tmp_path)) <= instant(datetime.now(UTC))
+    ws.api("POST", f"/tables/{ws.people}/rows", json={"fields": person(2)})
+    second, _ = run_ok(ws, job)
+    assert (second.rows_read, second.rows_written, second.ahead_rows) == (2, 1, 1)
+    assert_same("parquet", ws, tmp_path)
 
 
 def export_csv(ws: Workspace, folder: Path) -> RunSummary:
