@@ -351,8 +351,9 @@ def test_the_sorted_fallback_stops_its_cursor_at_the_clock_too(
     stamp(ws, stamp_updated_at=FAR)
     ws.api("PATCH", f"/tables/{ws.people}/rows/{ids['P005']}", json={"fields": {"Score": 500}})
     stamp(ws, stamp_updated_at=None)
-    job = ws.job(INCREMENTAL + DESTINATIONS["sqlite"])
-    run_ok(ws, job)
+    job = ws.job(INCREMENTAL + DESTINATIONS["sqlite"] + DESTINATIONS["duckdb"])
+    first, _ = run_ok(ws, job)  # two destinations: the full read goes through the spool
+    assert (first.read, first.ahead_rows) == ("full", 1)
     ws.api("PATCH", f"/tables/{ws.people}/rows/{ids['P001']}", json={"fields": {"Score": 100}})
 
     second, notes = run_ok(ws, job)
@@ -360,6 +361,7 @@ def test_the_sorted_fallback_stops_its_cursor_at_the_clock_too(
     assert (second.read, second.rows_written, second.ahead_rows) == ("incremental", 1, 1)
     assert any("filter refused" in n for n in notes.lines)
     assert_same("sqlite", ws, tmp_path)
+    assert_same("duckdb", ws, tmp_path)
 
 
 def test_a_saved_cursor_past_the_clock_reads_the_table_in_full(
