@@ -60,6 +60,8 @@ def table_line(t: dict[str, Any]) -> str:
     window = ""
     if t.get("window_rows"):
         window = f" ({t['window_rows']} from the lookback window, {t.get('late_rows', 0)} late)"
+    if t.get("ahead_rows"):
+        window += f" ({t['ahead_rows']} stamped ahead of the server's clock)"
     if t["status"] == "unchanged":
         return f"{name} unchanged ({t['read']}{window}, {t['seconds']:.1f}s)"
     line = (
@@ -142,6 +144,9 @@ def summary_lines(summary: RunSummary, verb: str | None = None) -> list[str]:
         if window:
             late = sum(t.late_rows for t in tables)
             line += f" ({window} read again from the lookback window, {late} late)"
+        ahead = sum(t.ahead_rows for t in tables)
+        if ahead:
+            line += f" ({ahead} stamped ahead of the server's clock, read again each run)"
     if summary.verified:
         fixed = [t.verified for t in tables if t.verified is not None]
         line += (

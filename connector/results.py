@@ -89,6 +89,10 @@ class TableResult:
     #: only those are written.
     window_rows: int = 0
     late_rows: int = 0
+    #: Rows read that are stamped ahead of the server's clock (a wrong clock): the cursor
+    #: stops at the clock, so each run reads them again until it passes them; a note names
+    #: the first few.
+    ahead_rows: int = 0
     #: The table's column changes since the last run, as a person reads them
     #: (``Estimate: number -> text``); every destination evolved its table to match.
     schema_changes: tuple[str, ...] = ()
@@ -193,6 +197,7 @@ class RunSummary:
             "rows_deleted": sum(t.rows_deleted for t in tables),
             "window_rows": sum(t.window_rows for t in tables),
             "late_rows": sum(t.late_rows for t in tables),
+            "ahead_rows": sum(t.ahead_rows for t in tables),
             "pushes": len(pushes),
             "push_created": sum(p.created for p in pushes),
             "push_updated": sum(p.updated for p in pushes),

@@ -513,7 +513,8 @@ def _utc_text(value: Any) -> str:
         value = datetime.fromisoformat(value)
     if value.tzinfo is None:  # SQLite hands back UTC timestamps without a zone
         value = value.replace(tzinfo=UTC)
-    return str(value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+    # isoformat, not strftime: that writes year 1 as "1", which no parser reads back.
+    return str(value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds")) + "Z"
 
 
 # --- connections and errors ----------------------------------------------------------------

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from connector.errors import ExitCode, JobLocked
+from connector.errors import ConfigError, ExitCode, JobLocked
 
 __all__ = ["EXIT_LOCKED", "JobLocked", "job_lock"]
 
@@ -32,9 +32,16 @@ def job_lock(
     on_wait: Callable[[str], None] | None = None,
 ) -> Iterator[None]:
     """Hold the job's lock for the block; wait up to `wait` seconds for it, else JobLocked.
-    `on_wait(holder)` hears once that the run waits (holder: "" or " as process N")."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    `on_wait(holder)` hears once that the run waits (holder: "" or " as process N"). A
+    folder where the lock cannot be made (read-only, not ours) is a ConfigError."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ConfigError(
+            f"{path}: cannot open the job's lock file ({exc.strerror or exc}); the job's state "
+            "folder must be writable (sync.state_dir or --state-dir puts it elsewhere)"
+        ) from None
     try:
         deadline = time.monotonic() + max(wait, 0.0)
         while True:

@@ -27,30 +27,45 @@ L = min(cursor, settled): a table that stayed quiet for longer than the window r
 again. A row the window reads again unchanged (the destination holds its id with the same
 ``updated_at``) is neither rewritten nor counted as written; one that changed is a late
 write, written and counted (``late_rows``).
+
+**Clocks lie.** A row stamped far ahead (a workspace with a wrong clock, an import with odd
+stamps: ``9999-12-31T23:59:59.999999Z``) would take the cursor with it, and no later run
+would read a row created after. So a cursor never passes the server's own clock (the
+``Date`` of the answer to S) plus `connector.jobs.stamps.CLOCK_MARGIN` (the horizon): S is
+the newest stamp at or before it (`TableReads.newest`). Rows stamped past it are counted
+and named (`Ahead`, ``ahead_rows``), and every run reads them again, since they are newer
+than any cursor, until the clock passes them: one that changed is written, one that did not
+is left (as a window row is), and rows created meanwhile are read as any others. A saved
+cursor already past the horizon (written before cursors were bounded, or the server's
+clock went back) proves nothing about what was read: the table is read in full
+(`TableReads.cursor_ahead`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from connector.api import MAX_PAGE_SIZE, Client
 from connector.api.paging import shadowed
-from connector.errors import ApiValidationError, BadRequest
+from connector.arrays import arrow_ints, arrow_mask, int64_values
+from connector.errors import ApiValidationError, BadRequest, ServerError
 from connector.extract import Extraction
 from connector.ids import IdSet, hash_ids
 from connector.jobs.spool import Spool
-from connector.jobs.stamps import iso, parse
+from connector.jobs.stamps import horizon, iso, micros, parse, stamp_of
 from connector.progress import Progress
 from connector.schema import Table
 
-__all__ = ["ChangeRead", "TableReads", "counted", "lower_bound"]
+__all__ = ["Ahead", "ChangeRead", "TableReads", "counted", "lower_bound"]
+
+#: Rows stamped ahead of the server's clock named in the run's note (all are counted).
+AHEAD_NAMED = 3
 
 
 @dataclass(frozen=True)
@@ -65,6 +80,8 @@ class ChangeRead:
     present: IdSet | None
     #: Every write stamped at or before it has been read (see the module docstring).
     settled: str | None
+    #: The rows read that were stamped ahead of the server's clock.
+    ahead: Ahead
 
 
 def lower_bound(cursor: str, settled: str | None, lookback: float) -> str:
@@ -72,7 +89,10 @@ def lower_bound(cursor: str, settled: str | None, lookback: float) -> str:
     no further back than `settled`."""
     if lookback <= 0:
         return cursor
-    back = iso(parse(cursor) - timedelta(seconds=lookback))
+    try:
+        back = iso(parse(cursor) - timedelta(seconds=lookback))
+    except OverflowError:  # a cursor in year 1
+        back = iso(datetime.min)
     if settled is None:
         return back
     return min(cursor, max(back, settled))
@@ -125,19 +145,51 @@ class TableReads:
         return self.client.list_rows(self.table.id, limit=1, filter=self.filter or None).total
 
     def newest(self, filter: Mapping[str, Any]) -> tuple[str | None, datetime | None]:
-        """The newest ``updated_at`` among matching rows, asked *before* reading them, and
-        the server's clock when it answered.
+        """The newest ``updated_at`` among matching rows at or before the horizon (the
+        server's clock plus a margin: `connector.jobs.stamps.horizon`), asked *before*
+        reading them, and the server's clock when it answered.
 
         It becomes the next cursor: a row changed while the read runs gets a later
         timestamp, so the next run reads it again, whether or not this run saw the change.
+        Rows stamped past the horizon are passed over, a page at a time, newest first (the
+        read reads them all anyway); where every row is past it, the clock itself stands
+        in: a change made after it answered is stamped later.
         """
         if self.shadowed:  # sorting would sort by the user's column: only the clock
             page = self.client.list_rows(self.table.id, limit=1, filter=filter or None)
             return None, page.served_at
-        page = self.client.list_rows(
+        first = self.client.list_rows(
             self.table.id, limit=1, sort="updated_at", order="desc", filter=filter or None
         )
-        return (page.rows[0].updated_at if page.rows else None), page.served_at
+        bound = horizon(first.served_at)
+        rows, offset = first.rows, 0
+        while rows:
+            for row in rows:
+                stamp = _stamp(row.updated_at, row.id)
+                if stamp <= bound:
+                    return stamp, first.served_at
+            offset += len(rows)
+            rows = self.client.list_rows(
+                self.table.id, limit=MAX_PAGE_SIZE, offset=offset, sort="updated_at",
+                order="desc", filter=filter or None,
+            ).rows
+        newest = iso(first.served_at or datetime.now(UTC)) if offset else None
+        return newest, first.served_at
+
+    def ahead(self, served_at: datetime | None) -> Ahead:
+        """A counter of the rows a read finds stamped past the horizon of `served_at` (the
+        server's clock; ours when it did not say)."""
+        names = self.table.system_names()
+        return Ahead(served_at or datetime.now(UTC), names["id"], self.updated_name)
+
+    def cursor_ahead(self, cursor: str) -> bool:
+        """Whether a saved cursor is past the server's clock plus the margin: then nothing
+        read from it can be trusted. Asked of the server (one row) only when the cursor is
+        past our own clock too."""
+        if cursor <= horizon(None):
+            return False
+        served_at = self.client.list_rows(self.table.id, limit=1).served_at
+        return cursor > horizon(served_at)
 
     def newest_or_none(self, filter: Mapping[str, Any]) -> tuple[str | None, datetime | None]:
         """`newest`, or (None, None) where the server will not sort by ``updated_at``."""
@@ -167,10 +219,11 @@ class TableReads:
             if exc.field not in (None, "filter", "sort", "updated_at"):
                 raise
             return self._everything_keep_newer(cursor, since, spool, bar)
+        ahead = self.ahead(served_at)
         if newest is not None:
-            spool.extend(counted(self.rows(changed), bar))
+            spool.extend(ahead(counted(self.rows(changed), bar)))
         top = max(newest or cursor, cursor)
-        return ChangeRead(top, top, None, self.settled(served_at))
+        return ChangeRead(top, top, None, self.settled(served_at), ahead)
 
     def _everything_keep_newer(
         self, cursor: str, since: str, spool: Spool, bar: Progress | None
@@ -188,19 +241,19 @@ class TableReads:
                 "sorting by updated_at refused too: the next cursor is the newest row read, "
                 "so a change made during this read may wait for a --verify"
             )
-        schema_type = self.rows().schema.field(self.updated_name).type
-        after = pa.scalar(parse(since), schema_type)
+        after = micros(since)
         ids: list[np.ndarray[Any, Any]] = []
+        ahead = self.ahead(served_at)
 
         def newer(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
                 ids.append(hash_ids(batch.column(0)))
-                updated = batch.column(self.updated_name)
-                yield batch.filter(pc.fill_null(pc.greater(updated, after), False))
+                stamps = int64_values(batch.column(self.updated_name), after)  # null: not newer
+                yield batch.filter(arrow_mask(stamps > after))
 
-        spool.extend(newer(counted(self.rows(), bar)))
-        top = max(newest or spool.cursor or cursor, cursor)
-        return ChangeRead(top, None, IdSet.of_hashes(ids), self.settled(served_at))
+        spool.extend(ahead(newer(counted(self.rows(), bar))))
+        top = max(newest or ahead.bounded(spool.cursor) or cursor, cursor)
+        return ChangeRead(top, None, IdSet.of_hashes(ids), self.settled(served_at), ahead)
 
 
 def counted(batches: Iterable[pa.RecordBatch], bar: Progress | None) -> Iterator[pa.RecordBatch]:
@@ -212,3 +265,61 @@ def counted(batches: Iterable[pa.RecordBatch], bar: Progress | None) -> Iterator
         if bar is not None:
             bar.update(batch.num_rows)
         yield batch
+
+
+class Ahead:
+    """Rows a read passes through that are stamped past the horizon (`bound`): counted, the
+    first `AHEAD_NAMED` named with their stamps (see the module docstring)."""
+
+    def __init__(self, clock: datetime, id_name: str, updated_name: str) -> None:
+        self.clock = clock
+        self.bound = horizon(clock)
+        self.id_name = id_name
+        self.updated_name = updated_name
+        self.rows = 0
+        self.named: list[tuple[str, str]] = []
+        self._limit = micros(self.bound)
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            self.see(batch)
+            yield batch
+
+    def see(self, batch: pa.RecordBatch) -> None:
+        stamps = int64_values(batch.column(self.updated_name), self._limit)  # null: not ahead
+        ahead = stamps > self._limit
+        count = int(np.count_nonzero(ahead))
+        if not count:
+            return
+        self.rows += count
+        at = np.flatnonzero(ahead)[: max(0, AHEAD_NAMED - len(self.named))]
+        ids = batch.column(self.id_name).take(arrow_ints(at)).to_pylist()
+        self.named += [(str(i), stamp_of(int(stamps[j]))) for i, j in zip(ids, at, strict=True)]
+
+    def bounded(self, cursor: str | None) -> str | None:
+        """`cursor`, or the clock itself when `cursor` is past the horizon: a change made
+        after the clock was read is stamped later."""
+        return cursor if cursor is None or cursor <= self.bound else iso(self.clock)
+
+    def note(self) -> str | None:
+        """The warning a person reads; None when no row is ahead."""
+        if not self.rows:
+            return None
+        named = ", ".join(f"{i} at {s}" for i, s in self.named)
+        more = f" and {self.rows - len(self.named)} more" if self.rows > len(self.named) else ""
+        return (
+            f"{self.rows} row(s) stamped ahead of the server's clock (past {self.bound}): "
+            f"{named}{more}; the cursor stays at the clock, so every run reads them again "
+            "until the clock passes them"
+        )
+
+
+def _stamp(value: str | None, row_id: str) -> str:
+    """A row's ``updated_at`` as we keep stamps (`connector.jobs.stamps.iso`)."""
+    try:
+        return iso(parse(value or ""))
+    except ValueError:
+        raise ServerError(
+            f"the server sent row {row_id} with an updated_at that is not a UTC timestamp: "
+            f"{value!r}"
+        ) from None

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from connector.arrays import arrow_ints, arrow_mask, concat_ids, int64_values, no_ids
@@ -40,7 +41,7 @@ from connector.ids import IdSet, hash_ids
 from connector.jobs.choose import Filter
 from connector.jobs.context import RunContext
 from connector.jobs.deletions import deleted_ids
-from connector.jobs.reads import TableReads, counted, lower_bound
+from connector.jobs.reads import Ahead, TableReads, counted, lower_bound
 from connector.jobs.spool import Spool
 from connector.jobs.stamps import EPOCH, micros, newer, now, parse
 from connector.jobs.state import TableState
@@ -109,6 +110,8 @@ class TableSync:
             and not ops
             and all(s is not None and fits(s, self.target) for s in stored)
         )
+        if incremental and self._cursor_ahead(previous):
+            incremental = False
         if self.context.dry_run:
             return self._plan(previous if incremental else None, changes)
         if self.context.verify and any(self._merges(job.incremental)):
@@ -129,24 +132,48 @@ class TableSync:
                     assert previous is not None and previous.cursor is not None
                     read = self.reads.changes(previous.cursor, previous.settled, spool, bar)
                     cursor, since, present, settled = read.cursor, read.since, read.present, read.settled
+                    ahead = read.ahead
                 else:
                     newest, served_at = (
                         self.reads.newest_or_none(self.filter) if job.incremental else (None, None)
                     )
-                    spool.extend(counted(self.reads.rows(), bar))
-                    cursor, since, present = newest or spool.cursor or EPOCH, None, spool.ids()
+                    ahead = self.reads.ahead(served_at)
+                    spool.extend(ahead(counted(self.reads.rows(), bar)))
+                    cursor = newest or ahead.bounded(spool.cursor) or EPOCH
+                    since, present = None, spool.ids()
                     settled = self.reads.settled(served_at)
             spool.close()
             if incremental:
                 assert previous is not None and previous.cursor is not None
-                window = self._window(spool, previous.cursor)
+                window = self._window(spool, previous.cursor, ahead.bound)
             with self.context.writing(self.destinations):
                 return self._write(
                     spool, cursor, settled, previous, ops, changes, incremental=incremental,
-                    since=since, present=present, window=window,
+                    since=since, present=present, window=window, ahead=ahead,
                 )
         finally:
             spool.discard()
+
+    def _cursor_ahead(self, previous: TableState | None) -> bool:
+        """Whether the saved cursor is past the server's clock: then the table is read in
+        full (`connector.jobs.reads.TableReads.cursor_ahead`)."""
+        assert previous is not None and previous.cursor is not None
+        if not self.reads.cursor_ahead(previous.cursor):
+            return False
+        self.note(
+            f"the saved cursor {previous.cursor} is ahead of the server's clock, so what was "
+            "read before it proves nothing: every row is read again"
+        )
+        return True
+
+    def _ahead_rows(self, ahead: Ahead) -> int:
+        """Rows read that are stamped ahead of the server's clock, named in a note: only a
+        job that keeps a cursor reads them again (an export copies them as they are)."""
+        note = ahead.note() if self.job.incremental and not self.job.one_shot else None
+        if note is None:
+            return 0
+        self.note(note)
+        return ahead.rows
 
     def _merges(self, incremental: bool) -> list[bool]:
         return [incremental or d.config.mode == "merge" for d in self.destinations]
@@ -184,15 +211,18 @@ class TableSync:
             self.reads.newest_or_none(self.filter) if self.job.incremental else (None, None)
         )
         tap = _Tap(self.target.updated_name)
+        ahead = self.reads.ahead(served_at)
         with self._bar() as bar:
-            rows = tap(counted(self.reads.rows(), bar))
+            rows = ahead(tap(counted(self.reads.rows(), bar)))
             done = self._commit(0, TableChange(destination.config.mode, rows, evolve=ops))
         if done.status == "failed":
-            return self._failed([done], read="full", rows_read=tap.rows, schema_changes=changes)
-        self._save(newest or tap.cursor or EPOCH, self.reads.settled(served_at), done.rows_written)
+            return self._failed([done], read="full", rows_read=tap.rows, schema_changes=changes,
+                                ahead_rows=self._ahead_rows(ahead))
+        cursor = newest or ahead.bounded(tap.cursor) or EPOCH
+        self._save(cursor, self.reads.settled(served_at), done.rows_written)
         return self.result(
             status="ok", read="full", rows_read=tap.rows, rows_written=done.rows_written,
-            schema_changes=changes, destinations=(done,),
+            schema_changes=changes, ahead_rows=self._ahead_rows(ahead), destinations=(done,),
         )
 
     def _commit(self, index: int, change: TableChange) -> DestinationResult:
@@ -236,6 +266,7 @@ class TableSync:
         since: str | None,
         present: IdSet | None,
         window: pa.Table | None,
+        ahead: Ahead,
     ) -> TableResult:
         """Apply what was read to every destination, then advance the table's state."""
         job = self.job
@@ -247,17 +278,23 @@ class TableSync:
                 self.reads, self.placed, self.destinations, merges, spool,
                 since=since, present=present,
             )
-        same = [self._unchanged(window, d, t, previous) if merge else no_ids()
-                for d, t, merge in zip(self.destinations, self.placed, merges, strict=True)]
+        unchanged = [self._unchanged(window, d, t, previous) if merge else None
+                     for d, t, merge in zip(self.destinations, self.placed, merges, strict=True)]
+        again_ids = no_ids() if window is None else window.column("id").combine_chunks()
+        same = [no_ids() if u is None else again_ids.filter(arrow_mask(u)) for u in unchanged]
         read = spool.ids()
-        window_rows = 0 if window is None else window.num_rows
-        late = window_rows - max((len(s) for s in same), default=0) if window_rows else 0
+        again = self._again(window, previous)
+        window_rows = int(again.sum())
+        late = window_rows - max(
+            (int((u & again).sum()) for u in unchanged if u is not None), default=0
+        ) if window_rows else 0
         to_write = [spool.rows - len(s) for s in same]
+        ahead_rows = self._ahead_rows(ahead)
         if incremental and not any(to_write) and not any(len(g) for g in gone):
             self._save(cursor, settled, previous.rows if previous else 0, write=False)
             return self.result(
                 status="unchanged", read="incremental", rows_read=spool.rows,
-                window_rows=window_rows,
+                window_rows=window_rows, ahead_rows=ahead_rows,
             )
         raise_if_stopped()  # a stop swallowed during the read: write nothing
         done: list[DestinationResult] = []
@@ -294,23 +331,32 @@ class TableSync:
             rows_deleted=max(d.rows_deleted for d in done),
             window_rows=window_rows,
             late_rows=late,
+            ahead_rows=ahead_rows,
             schema_changes=changes,
             destinations=tuple(done),
         )
 
-    def _window(self, spool: Spool, cursor: str) -> pa.Table | None:
-        """The rows an incremental read read again from its lookback window (stamped at or
-        before the last cursor): their ids and stamps (UTC microseconds)."""
+    def _window(self, spool: Spool, cursor: str, bound: str) -> pa.Table | None:
+        """The rows an incremental read read again: from its lookback window (stamped at or
+        before the last cursor), and those stamped ahead of the server's clock (past
+        `bound`); their ids and stamps (UTC microseconds)."""
         id_name, updated = self.target.id_name, self.target.updated_name
-        limit = micros(cursor)
+        limit, beyond = micros(cursor), micros(bound)
         parts = []
         for batch in spool.batches(columns=[id_name, updated]):
             stamps = int64_values(batch.column(1), _NO_STAMP)
-            inside = (stamps <= limit) & (stamps != _NO_STAMP)
+            inside = ((stamps <= limit) | (stamps > beyond)) & (stamps != _NO_STAMP)
             if inside.any():
                 ids = batch.column(0).filter(arrow_mask(inside))
                 parts.append(pa.table({"id": ids, "stamp": arrow_ints(stamps[inside])}))
         return pa.concat_tables(parts) if parts else None
+
+    @staticmethod
+    def _again(window: pa.Table | None, previous: TableState | None) -> npt.NDArray[np.bool_]:
+        """Which of `_window`'s rows came from the lookback window (the others: ahead)."""
+        if window is None or previous is None or previous.cursor is None:
+            return np.zeros(0, np.bool_)
+        return int64_values(window.column("stamp"), _NO_STAMP) <= micros(previous.cursor)
 
     def _unchanged(
         self,
@@ -318,24 +364,24 @@ class TableSync:
         destination: Any,
         target: Target,
         previous: TableState | None,
-    ) -> pa.Array:
-        """The window's rows `destination` holds as they are (same id, same ``updated_at``):
-        read again, but neither rewritten nor counted.
+    ) -> npt.NDArray[np.bool_] | None:
+        """Which of `_window`'s rows `destination` holds as they are (same id, same
+        ``updated_at``): read again, but neither rewritten nor counted. None: none.
 
         Held rows are kept as (id hash, stamp) pairs in two sorted arrays, 16 bytes a row:
         as a dict of Python strings a window of 1,000,000 rows peaked at 617 MB."""
         if window is None or previous is None or previous.cursor is None:
-            return no_ids()
+            return None
         since = lower_bound(previous.cursor, previous.settled, self.job.lookback)
         hashes, stamps = [], []
         columns = [self.target.id_name, self.target.updated_name]
         for batch in destination.scan(target, columns, updated_after=parse(since)):
             if batch.num_columns < 2:
-                return no_ids()
+                return None
             hashes.append(hash_ids(batch.column(0)))
             stamps.append(int64_values(batch.column(1), _NO_STAMP))
         if not hashes:
-            return no_ids()
+            return None
         held, held_stamps = np.concatenate(hashes), np.concatenate(stamps)
         del hashes, stamps
         order = np.argsort(held, kind="stable")
@@ -345,20 +391,23 @@ class TableSync:
         wanted = hash_ids(ids)
         at = np.searchsorted(held, wanted)
         at[at == len(held)] = 0
-        same = (held[at] == wanted) & (held_stamps[at] == int64_values(window.column("stamp"), _NO_STAMP))
-        return ids.filter(arrow_mask(same))
+        same: npt.NDArray[np.bool_] = (held[at] == wanted) & (
+            held_stamps[at] == int64_values(window.column("stamp"), _NO_STAMP)
+        )
+        return same
 
     def _verify(self, ops: tuple[SchemaOp, ...], changes: tuple[str, ...]) -> TableResult:
         """Read every row, compare each merging destination row by row, write the difference."""
         job, target = self.job, self.target
         newest, served_at = self.reads.newest_or_none(self.filter)
+        ahead = self.reads.ahead(served_at)
         spool = Spool(
             self.tmp / f"{self.table.id}.arrow", target.schema, target.id_name, target.updated_name
         )
         names = target.schema.names
         try:
             with self._bar() as bar:
-                spool.extend(counted(self.reads.rows(), bar))
+                spool.extend(ahead(counted(self.reads.rows(), bar)))
             spool.close()
             upstream = Digest.of((batch_digest(b, names) for b in spool.batches()), spool.rows)
             found = Verified()
@@ -388,8 +437,10 @@ class TableSync:
                         )))
             if any(r.status == "failed" for r in results):
                 return self._failed(results, read="verify", rows_read=spool.rows,
-                                    verified=found, schema_changes=changes)
-            self._save(newest or spool.cursor or EPOCH, self.reads.settled(served_at), len(read))
+                                    verified=found, schema_changes=changes,
+                                    ahead_rows=self._ahead_rows(ahead))
+            cursor = newest or ahead.bounded(spool.cursor) or EPOCH
+            self._save(cursor, self.reads.settled(served_at), len(read))
         finally:
             spool.discard()
         return self.result(
@@ -397,6 +448,7 @@ class TableSync:
             rows_written=max((r.rows_written for r in results), default=0),
             rows_deleted=max((r.rows_deleted for r in results), default=0),
             verified=found, schema_changes=changes, destinations=tuple(results),
+            ahead_rows=self._ahead_rows(ahead),
         )
 
     def _save(self, cursor: str, settled: str | None, rows: int, *, write: bool = True) -> None:

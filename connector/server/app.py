@@ -122,13 +122,21 @@ class Call:
         """The JSON object sent; 415 / 413 / 408 / 400 when it is not one."""
         return await json_body(self.request, self.limits.body, self.limits.body_timeout)
 
-    # Row writes go through `late`: with the late-visibility fault they reach reads later.
+    # Row writes go through `late`: with the late-visibility fault they reach reads later;
+    # the stamping faults give them stamps of their own.
 
     def insert_rows(self, table: TableDef, cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return self.late.insert_rows(table, cells, self.faults.late_visibility_ms)
+        faults = self.faults
+        return self.late.insert_rows(
+            table, cells, faults.late_visibility_ms,
+            created_at=faults.stamp_created_at, updated_at=faults.stamp_updated_at,
+        )
 
     def update_row(self, table: TableDef, row_id: str, changes: dict[str, Any]) -> dict[str, Any]:
-        return self.late.update_row(table, row_id, changes, self.faults.late_visibility_ms)
+        faults = self.faults
+        return self.late.update_row(
+            table, row_id, changes, faults.late_visibility_ms, stamp=faults.stamp_updated_at
+        )
 
     def delete_rows(self, table: TableDef, row_ids: list[str]) -> list[str]:
         return self.late.delete_rows(table, row_ids, self.faults.late_visibility_ms)
@@ -449,6 +457,8 @@ def create_app(
     max_page_size: int | None = None,
     refuse_system_filters: bool = False,
     late_visibility_ms: float = 0.0,
+    stamp_created_at: str | None = None,
+    stamp_updated_at: str | None = None,
     fault_control: bool = False,
     max_body_bytes: int = MAX_BODY_BYTES,
     max_cell_bytes: int = MAX_CELL_BYTES,
@@ -475,6 +485,8 @@ def create_app(
         max_page_size=max_page_size,
         refuse_system_filters=refuse_system_filters,
         late_visibility_ms=late_visibility_ms,
+        stamp_created_at=stamp_created_at,
+        stamp_updated_at=stamp_updated_at,
     )
     limits = Limits(body=max_body_bytes, cell=max_cell_bytes, response=max_response_bytes, body_timeout=body_timeout)
     gate = _Gate(storage, faults, rate_limit, limits)

@@ -35,6 +35,20 @@ SHUTDOWN_GRACE_SECONDS = 10
 _KEY = re.compile(r"[\x21-\x7e]{1,512}")
 
 
+def _stamp(context: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A stamping fault's time, checked and written as the server writes stamps."""
+    from connector.server.faults import BadSetting, Faults
+
+    if value is None:
+        return None
+    name = str(param.name)
+    try:
+        stamped = Faults().replace({name: value})
+    except BadSetting as exc:
+        raise click.BadParameter(str(exc)) from None
+    return str(getattr(stamped, name))
+
+
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
@@ -77,6 +91,12 @@ _KEY = re.compile(r"[\x21-\x7e]{1,512}")
               help="Fault: row writes (creates, updates, deletes) are answered and stamped on arrival "
               "but reach reads (pages, totals, filters, sorts) D ms later, in arrival order, like a "
               "lagging replica; a stop (SIGTERM, Ctrl-C) applies them first.")
+@click.option("--stamp-updated-at", callback=_stamp, default=None, metavar="STAMP",
+              help="Fault: rows created or changed get this updated_at instead of the clock's "
+              "(a wrong clock, an import with odd stamps): a UTC time from year 1 to 9999, like "
+              "2999-01-01T00:00:00Z.")
+@click.option("--stamp-created-at", callback=_stamp, default=None, metavar="STAMP",
+              help="Fault: rows created get this created_at instead of the clock's.")
 @click.option("--fault-control", is_flag=True,
               help="Accept PUT /v1/_faults {setting: value, ...} to change faults while running.")
 @click.option("--max-body-bytes", type=_bytes, default=MAX_BODY_BYTES, show_default=True,
@@ -118,6 +138,8 @@ def serve(
     max_page_size: int | None,
     refuse_system_filters: bool,
     late_visibility_ms: float,
+    stamp_updated_at: str | None,
+    stamp_created_at: str | None,
     fault_control: bool,
     max_body_bytes: int,
     max_cell_bytes: int,
@@ -194,6 +216,8 @@ def serve(
             max_page_size=max_page_size,
             refuse_system_filters=refuse_system_filters,
             late_visibility_ms=late_visibility_ms,
+            stamp_created_at=stamp_created_at,
+            stamp_updated_at=stamp_updated_at,
             fault_control=fault_control,
             max_body_bytes=max_body_bytes,
             max_cell_bytes=max_cell_bytes,

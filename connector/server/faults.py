@@ -7,6 +7,11 @@
     drop_rate              the connection is cut mid-response (after committing, for writes)
     late_visibility_ms     writes are stamped on arrival and reach reads this long after
                            (`late.LateWrites`: a lagging replica, a slow commit)
+    stamp_updated_at       rows created or changed get this `updated_at` (and new rows this
+    stamp_created_at       `created_at`) instead of the clock's: a workspace with a wrong
+                           clock, an import with odd stamps (any instant from year 1 to 9999,
+                           ISO 8601 UTC; kept as the server writes stamps, so the order of the
+                           text is the order in time); null: the clock's
 
 Faults of the rows list: the first two change the table while it is being read
 (`disturb_read` runs before a page of ``GET /tables/:id/rows`` is served, through the normal
@@ -32,8 +37,10 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -52,6 +59,7 @@ class BadSetting(ValueError):
 _RATES = ("fail_rate", "throttle_rate", "fail_after_write_rate", "drop_rate")
 _COUNTS = ("delete_on_read", "insert_on_read")
 _DELAYS = ("latency_ms", "late_visibility_ms")
+_STAMPS = ("stamp_created_at", "stamp_updated_at")
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,8 @@ class Faults:
     max_page_size: int | None = None  # None: the API's 1000
     refuse_system_filters: bool = False
     late_visibility_ms: float = 0.0
+    stamp_created_at: str | None = None
+    stamp_updated_at: str | None = None
     _rng: random.Random = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -95,6 +105,10 @@ class Faults:
             raise BadSetting("refuse_system_filters", f"refuse_system_filters must be true or false, got {self.refuse_system_filters!r}")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise BadSetting("seed", f"seed must be an integer (or null), got {self.seed!r}")
+        for name in _STAMPS:
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _stamp(name, value))
         object.__setattr__(self, "_rng", random.Random(self.seed))
 
     def replace(self, changes: Mapping[str, Any]) -> Faults:
@@ -122,6 +136,24 @@ class Faults:
     def hit(self, rate: float) -> bool:
         """True with probability `rate`."""
         return rate > 0.0 and self._rng.random() < rate
+
+
+def _stamp(name: str, value: Any) -> str:
+    """`value` as the server writes stamps (``0001-01-01T00:00:00.000000Z``): four-digit
+    year, microseconds, ``Z``, so stamps compare as text in time order."""
+    if isinstance(value, str) and _INSTANT.fullmatch(value):
+        try:
+            instant = datetime.fromisoformat(value[:-1])
+        except ValueError:
+            pass
+        else:
+            return instant.isoformat(timespec="microseconds") + "Z"
+    raise BadSetting(
+        name, f"{name} must be a UTC time like 2999-01-01T00:00:00Z (or null), got {value!r}"
+    )
+
+
+_INSTANT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z")
 
 
 def disturb_read(faults: Faults, storage: Storage, table: TableDef, query: RowQuery) -> None:

@@ -72,20 +72,29 @@ class LateWrites:
 
     # -- the writes: each answers as the storage's own would ------------------------------
 
-    def insert_rows(self, table: TableDef, cells: Sequence[dict[str, Any]], delay_ms: float) -> list[dict[str, Any]]:
+    def insert_rows(
+        self, table: TableDef, cells: Sequence[dict[str, Any]], delay_ms: float, *,
+        created_at: str | None = None, updated_at: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """`created_at` / `updated_at`: stamps instead of the clock's (see `faults`)."""
+        stamps = {"created_at": created_at, "updated_at": updated_at}
         if self._direct(delay_ms):
-            return self.storage.insert_rows(table, cells)
-        rows = self.storage.new_rows(table, cells)
+            return self.storage.insert_rows(table, cells, **stamps)
+        rows = self.storage.new_rows(table, cells, **stamps)
         self._queue_up(table, _Insert(rows), delay_ms)
         return rows
 
-    def update_row(self, table: TableDef, row_id: str, changes: dict[str, Any], delay_ms: float) -> dict[str, Any]:
+    def update_row(
+        self, table: TableDef, row_id: str, changes: dict[str, Any], delay_ms: float, *,
+        stamp: str | None = None,
+    ) -> dict[str, Any]:
+        """`stamp`: the ``updated_at`` instead of the clock's (see `faults`)."""
         if self._direct(delay_ms):
-            return self.storage.update_row(table, row_id, changes)
+            return self.storage.update_row(table, row_id, changes, stamp=stamp)
         row = self._latest(table, row_id)
         if row is None:
             raise not_found(f"row {echo(row_id)} does not exist in table {table.id!r}")
-        stamp = self.storage.clock.now()
+        stamp = stamp or self.storage.clock.now()
         self._queue_up(table, _Update(row_id, changes, stamp), delay_ms)
         fields = table.present({**row["fields"], **changes})
         return {"id": row_id, "fields": fields, "created_at": row["created_at"], "updated_at": stamp}

@@ -322,16 +322,26 @@ class Storage:
 
     # -- rows: writes -------------------------------------------------------------------
 
-    def insert_rows(self, table: TableDef, cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    def insert_rows(
+        self, table: TableDef, cells: Sequence[dict[str, Any]], *,
+        created_at: str | None = None, updated_at: str | None = None,
+    ) -> list[dict[str, Any]]:
         """Insert validated cells (see `TableDef.check_create`) in order, all or nothing."""
-        return self.put_rows(table, self.new_rows(table, cells))
+        return self.put_rows(table, self.new_rows(table, cells, created_at=created_at, updated_at=updated_at))
 
-    def new_rows(self, table: TableDef, cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Rows for validated cells as the API shows them, ids and stamps taken now; not written."""
+    def new_rows(
+        self, table: TableDef, cells: Sequence[dict[str, Any]], *,
+        created_at: str | None = None, updated_at: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Rows for validated cells as the API shows them, ids and stamps taken now; not written.
+
+        `created_at` / `updated_at` replace the clock's stamps (the `faults` that stamp rows);
+        ids still come from the clock, so (created_at, id) stays request order.
+        """
         rows = []
         for tick, cell in zip(self.clock.ticks(len(cells)), cells, strict=True):
             stamp = iso(tick)
-            rows.append(row_dict(row_id(tick), stamp, stamp, table.present(cell)))
+            rows.append(row_dict(row_id(tick), created_at or stamp, updated_at or stamp, table.present(cell)))
         return rows
 
     def put_rows(self, table: TableDef, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -27,7 +27,8 @@ def test_a_job_that_never_ran_has_empty_state(tmp_path: Path) -> None:
 
 def test_state_round_trips(tmp_path: Path) -> None:
     path = tmp_path / "deep" / "job.state.json"
-    state = JobState().with_table(TABLE).with_run(RunRecord("a", "b", "ok", 3, 1))
+    run = RunRecord("2026-01-02T00:00:00.000000Z", "2026-01-02T00:01:00.000000Z", "ok", 3, 1)
+    state = JobState().with_table(TABLE).with_run(run)
 
     save_state(path, state)
 
