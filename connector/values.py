@@ -9,8 +9,9 @@ the 64-bit range) or a double. A number column is held as one of:
     int64          -2**63 .. 2**63-1; a fraction (or a double beyond that range) stops the table
     decimal(P,S)   Arrow decimal128: P digits in all, S of them after the point (1 <= P <= 38,
                    0 <= S <= P). ``decimal`` alone is `DEFAULT_DECIMAL`, decimal(38,9): every
-                   int64 and nine decimal places (BigQuery's NUMERIC). A double is held as its
-                   shortest decimal text (0.1 is 0.1), so a value needing more places, or more
+                   int64 and nine decimal places (BigQuery's NUMERIC). A double with a
+                   fraction is held as its shortest decimal text (0.1 is 0.1), a whole one as
+                   the integer it is (`decimal_texts`); a value needing more places, or more
                    digits before the point, stops the table
     text           the number's JSON text (``"9007199254740993"``, ``"0.1"``, ``"1e+16"``):
                    exact whatever the number, in any destination
@@ -48,6 +49,8 @@ __all__ = [
     "Inexact",
     "TypeSetting",
     "ValueType",
+    "decimal_misfit",
+    "decimal_texts",
     "number_array",
     "number_texts",
     "value_type",
@@ -81,13 +84,18 @@ class ValueType:
         return _ARROW[self.name] if self.name != "decimal" else pa.decimal128(self.precision, self.scale)
 
     @property
+    def pandas_name(self) -> str | None:
+        """The pandas dtype's alias; None for a decimal (an Arrow-backed dtype, no alias)."""
+        return _PANDAS.get(self.name)
+
+    @property
     def pandas(self) -> Any:
-        """The pandas dtype (nullable; decimals as Arrow-backed, exact)."""
+        """The pandas dtype (nullable; decimals Arrow-backed, exact)."""
         import pandas as pd
 
-        if self.name == "decimal":
+        if self.pandas_name is None:
             return pd.ArrowDtype(self.arrow)
-        return pd.api.types.pandas_dtype(_PANDAS[self.name])
+        return pd.api.types.pandas_dtype(self.pandas_name)
 
     def sql(self) -> sa.types.TypeEngine[Any]:
         """The SQLAlchemy type: DOUBLE PRECISION, BIGINT, NUMERIC(P,S) or TEXT."""
@@ -238,21 +246,34 @@ def _int64(values: list[Any], held: ValueType) -> pa.Array:
     return from_buffers(pa.int64(), valid, len(values), [pa.py_buffer(numbers)])
 
 
-def _decimal(values: list[Any], held: ValueType) -> pa.Array:
+def decimal_texts(values: list[Any]) -> list[str | None]:
+    """JSON numbers as exact decimal text: an integer's digits, a fraction's shortest text
+    (0.1 is ``0.1``), and a whole double the integer it is (2.0**60 is
+    ``1152921504606846976``, where its shortest text ``1.152921504606847e+18`` says
+    ...7000): as int64 holds it, and as a push compares it."""
     texts = number_texts(values)
+    if float in set(map(type, values)):
+        numbers = np.array(values, np.float64)
+        for i in np.flatnonzero(np.abs(numbers) >= _EXACT_FLOAT_INT).tolist():
+            texts[i] = str(int(values[i]))
+    return texts
+
+
+def _decimal(values: list[Any], held: ValueType) -> pa.Array:
+    texts = decimal_texts(values)
     try:
         return string_array(texts).cast(held.arrow)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         pass
     for i, text in enumerate(texts):  # which one, and why
         if text is not None:
-            why = _decimal_misfit(text, held)
+            why = decimal_misfit(text, held)
             if why:
                 raise Inexact(i, values[i], why)
     raise AssertionError("a decimal cast failed on values that each fit")  # pragma: no cover
 
 
-def _decimal_misfit(text: str, held: ValueType) -> str | None:
+def decimal_misfit(text: str, held: ValueType) -> str | None:
     """Why the number `text` does not fit `held` (a decimal), or None when it does."""
     try:
         number = Decimal(text)

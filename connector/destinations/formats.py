@@ -2,7 +2,8 @@
 
 Parquet: types survive a round trip through pandas, pyarrow and DuckDB: choices are dictionary
 columns whose dictionary is the column's options (so pandas reads a categorical with every
-option), numbers float64, checkboxes bool, dates date32, timestamps UTC. The file says what
+option), numbers their value type (float64 unless set: int64, decimal128, text;
+`connector.values`), checkboxes bool, dates date32, timestamps UTC. The file says what
 it was extracted from: table id and name, each column's API type and options (also as one
 JSON document, readable where Arrow field metadata is not), and the extraction time.
 """
@@ -22,7 +23,15 @@ import pyarrow.parquet as pq
 
 from connector.atomic import atomic_path
 from connector.destinations.arrow import conform
-from connector.schema import META_COLUMN_TYPE, META_OPTIONS, META_SYSTEM, TYPES, column_type
+from connector.schema import (
+    META_COLUMN_TYPE,
+    META_OPTIONS,
+    META_SYSTEM,
+    META_VALUE_TYPE,
+    TYPES,
+    column_type,
+)
+from connector.values import value_type
 
 __all__ = [
     "FORMULA_STARTS",
@@ -131,15 +140,21 @@ def _file_schema(schema: pa.Schema, extracted_at: datetime) -> pa.Schema:
 
 def _pandas_metadata(schema: pa.Schema) -> bytes:
     """pandas' own schema note, so a plain `pd.read_parquet` restores our nullable dtypes
-    (string, Float64, boolean, date) instead of object and float columns.
+    (string, Float64, Int64, boolean, date) instead of object and float columns.
 
     Written by hand from `connector.schema`'s dtype names, so writing Parquet never imports
-    pandas. Choices (dictionary -> categorical) and UTC timestamps need no note.
+    pandas. Choices (dictionary -> categorical), decimals (exact `Decimal`s) and UTC
+    timestamps need no note.
     """
     columns = []
     for f in schema:
         meta = f.metadata or {}
-        if META_COLUMN_TYPE in meta:
+        if META_VALUE_TYPE in meta:
+            held = value_type(meta[META_VALUE_TYPE].decode()).pandas_name
+            if held is None:
+                continue
+            dtype = held
+        elif META_COLUMN_TYPE in meta:
             dtype = column_type(meta[META_COLUMN_TYPE].decode()).pandas_name
         elif meta.get(META_SYSTEM) == b"id":
             dtype = TYPES["text"].pandas_name

@@ -20,6 +20,7 @@ from connector.errors import AuthError, ConfigError, ConnectorError, NotFound, P
 from connector.jobs.config import Job, key_path
 from connector.results import Status, TableResult
 from connector.schema import Table
+from connector.values import TypeSetting
 
 __all__ = ["Chosen", "Filter", "choose"]
 
@@ -68,9 +69,18 @@ def choose(client: Client, job: Job, note: Callable[[str, str], None]) -> Chosen
         resolve(name, f"tables.filter.{name}: "): conditions
         for name, conditions in selection.filters
     }
+    types: dict[str, list[TypeSetting]] = {}
+    for setting in selection.types:  # where: the setting as the user made it
+        try:
+            types.setdefault(resolve_table(summaries, setting.table), []).append(setting)
+        except ConfigError as exc:
+            raise exc.where(f"{setting.where}: ") from None
     listed = {s.id for s in summaries}
     chosen = Chosen(names=target_names(summaries), listed_rows={s.id: s.rows for s in summaries})
     ids = [t for t in wanted if t not in excluded]
+    for table_id, settings in types.items():
+        if selection.include is not None and table_id not in ids:
+            raise ConfigError(f"{settings[0].where}: types a table the run does not read")
     for table_id, answer in zip(ids, client.run(_schemas(client.aio, ids)), strict=True):
         try:
             if isinstance(answer, ConnectorError):
@@ -91,6 +101,7 @@ def choose(client: Client, job: Job, note: Callable[[str, str], None]) -> Chosen
         if table.id not in chosen.names:  # unlisted: an id asked for by a scoped key
             unlisted = TableSummary(table.id, table.name, len(table.columns), 0, "")
             chosen.names.update(target_names([unlisted, *summaries]))
+        table = table.typed(types.get(table.id, ()))
         chosen.tables.append((table, _filter(job, table, filters.get(table.id, ()))))
     return chosen
 
