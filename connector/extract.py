@@ -228,9 +228,9 @@ class _Caster:
             _timestamps(created),
             _timestamps(updated),
         ]
-        for column, cells in zip(self._columns, values, strict=True):
+        for column, column_cells in zip(self._columns, values, strict=True):
             try:
-                arrays.append(self._cells(column, cells))
+                arrays.append(self._cells(column, column_cells))
             except Inexact as exc:
                 raise _inexact(self._table, column, ids[exc.position], exc) from None
         return pa.RecordBatch.from_arrays(arrays, schema=self._schema)

@@ -49,10 +49,12 @@ __all__ = [
     "Inexact",
     "TypeSetting",
     "ValueType",
+    "cast_decimal",
     "decimal_misfit",
     "decimal_texts",
     "number_array",
     "number_texts",
+    "plain_decimal",
     "value_type",
 ]
 
@@ -262,7 +264,7 @@ def decimal_texts(values: list[Any]) -> list[str | None]:
 def _decimal(values: list[Any], held: ValueType) -> pa.Array:
     texts = decimal_texts(values)
     try:
-        return string_array(texts).cast(held.arrow)
+        return cast_decimal(string_array(texts), held.arrow)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         pass
     for i, text in enumerate(texts):  # which one, and why
@@ -270,7 +272,29 @@ def _decimal(values: list[Any], held: ValueType) -> pa.Array:
             why = decimal_misfit(text, held)
             if why:
                 raise Inexact(i, values[i], why)
-    raise AssertionError("a decimal cast failed on values that each fit")  # pragma: no cover
+    return string_array([None if t is None else plain_decimal(t) for t in texts]).cast(held.arrow)
+
+
+#: Characters of the longest decimal text Arrow is trusted to cast: pyarrow 26 reads a text of
+#: far more than 38 digits as 0 without a word (309 digits: ``0E-9``), where ~40 fail as they
+#: should. A longer text is checked (`decimal_misfit`) and cast as its plain digits.
+_LONGEST_CAST = MAX_PRECISION + 8
+
+
+def cast_decimal(texts: pa.Array, to: pa.DataType) -> pa.Array:
+    """Decimal texts as the decimal type `to`; ArrowInvalid when one does not fit it (or is
+    too long to trust Arrow's cast with: the caller checks those one by one)."""
+    import pyarrow.compute as pc
+
+    if len(texts) and (pc.max(pc.binary_length(texts)).as_py() or 0) > _LONGEST_CAST:
+        raise pa.ArrowInvalid("a text too long to cast safely")
+    return texts.cast(to)
+
+
+def plain_decimal(text: str) -> str:
+    """A number's text as its plain digits, without trailing zeros (``1e+16`` is
+    ``10000000000000000``): what Arrow casts safely, once `decimal_misfit` passed it."""
+    return format(Decimal(text).normalize(), "f")
 
 
 def decimal_misfit(text: str, held: ValueType) -> str | None:

@@ -40,7 +40,15 @@ from connector.schema import (
     META_VALUE_TYPE,
     Column,
 )
-from connector.values import INT64_MAX, INT64_MIN, ValueType, decimal_misfit, decimal_texts
+from connector.values import (
+    INT64_MAX,
+    INT64_MIN,
+    ValueType,
+    cast_decimal,
+    decimal_misfit,
+    decimal_texts,
+    plain_decimal,
+)
 
 __all__ = [
     "AddColumn",
@@ -275,7 +283,7 @@ def _to_number(values: pa.Array, to: pa.DataType) -> pa.Array:
     else:
         return pa.nulls(len(values), to)
     try:
-        out = text.cast(to)
+        out = cast_decimal(text, to) if pa.types.is_decimal(to) else text.cast(to)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return _numbers_one_by_one(text, to)
     if pa.types.is_floating(to):
@@ -302,7 +310,7 @@ def _numbers_one_by_one(texts: pa.Array, to: pa.DataType) -> pa.Array:
             out.append(str(int(number)) if whole else None)
         elif pa.types.is_decimal(to):
             fits = decimal_misfit(text, ValueType("decimal", to.precision, to.scale)) is None
-            out.append(text if fits else None)
+            out.append(plain_decimal(text) if fits else None)
         else:
             double = float(number)
             out.append(text if Decimal(double) == number or Decimal(repr(double)) == number

@@ -245,8 +245,9 @@ def number_keys(cells: pd.Series) -> tuple[pd.Series, np.ndarray[Any, Any], dict
 
 def _float_keys(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     """Finite doubles' keys: a whole one's integer digits, another its shortest text."""
-    keys = pa.array(values, pa.float64()).cast(pa.string()).to_numpy(zero_copy_only=False)
-    keys = keys.astype(object)
+    keys: np.ndarray[Any, Any] = np.array(
+        pa.array(values, pa.float64()).cast(pa.string()).to_pylist(), dtype=object
+    )
     whole = np.floor(values) == values
     small = whole & (np.abs(values) < 2.0**63)
     keys[small] = values[small].astype(np.int64).astype(str)
@@ -269,7 +270,7 @@ def _integer_keys(
     notes: dict[int, str] = {}
     long = (bare.str.len() >= 19).fillna(False).to_numpy(dtype=bool)
     for i in np.flatnonzero(long).tolist():
-        number = int(keys.iat[i])
+        number = int(str(keys.iat[i]))
         if not _INT64_MIN <= number <= _INT64_MAX and int(float(number)) != number:
             failed[i] = True
             notes[i] = _TOO_BIG
@@ -285,6 +286,7 @@ def _text_keys(texts: pd.Series) -> tuple[pd.Series, np.ndarray[Any, Any], dict[
     integer = texts.str.fullmatch(_INTEGER).fillna(False).to_numpy(dtype=bool)
     keys = pd.Series(pd.NA, index=texts.index, dtype="string")
     failed = ~nulls & ~integer
+    rest = np.flatnonzero(failed)  # not integers: tried as doubles below
     notes: dict[int, str] = {}
     if integer.any():
         ints, bad, why = _integer_keys(texts[integer], np.zeros(int(integer.sum()), dtype=bool))
@@ -292,7 +294,6 @@ def _text_keys(texts: pd.Series) -> tuple[pd.Series, np.ndarray[Any, Any], dict[
         keys.iloc[where] = ints.to_numpy()
         failed[where[bad]] = True
         notes.update({int(where[i]): note for i, note in why.items()})
-    rest = np.flatnonzero(failed)
     if len(rest):
         floats = pd.to_numeric(texts.iloc[rest].astype(object), errors="coerce").to_numpy(
             dtype=float, na_value=np.nan)
@@ -627,8 +628,8 @@ def _number_text(value: Any) -> str | None:
     """A native number cell as text naming it exactly (None for NaN or infinity)."""
     if isinstance(value, numbers.Integral):
         return str(int(value))
-    if isinstance(value, numbers.Real) and not isinstance(value, float | np.floating):
-        return str(value)  # a Decimal's (or a Fraction's, then refused) own digits
+    if not isinstance(value, float | np.floating):
+        return str(value)  # a Decimal's own digits (a Fraction's or a complex's: refused)
     number = float(value)
     if not np.isfinite(number):
         return None
