@@ -492,7 +492,7 @@ def _date_strings(
     dated = iso | midnight
     if dated.any():
         day = stripped[dated].str.slice(0, 10)
-        valid = pd.to_datetime(day, format="%Y-%m-%d", errors="coerce").notna().to_numpy()
+        valid = _real_dates(day)
         where = np.flatnonzero(dated)[valid]
         values.iloc[where] = day[valid].to_numpy()
         counts["date from ISO text"] = int(valid[iso[dated]].sum())
@@ -507,6 +507,25 @@ def _date_strings(
     if rest.any():
         _spreadsheet_dates(stripped, values, rest, counts, date_format, notes)
     return values, values.isna().to_numpy(), counts
+
+
+def _real_dates(days: pd.Series) -> np.ndarray[Any, Any]:
+    """Which ``YYYY-MM-DD`` texts are real calendar dates, years 1 to 9999 (as the API's
+    dates: pandas' own timestamps end at 1677 and 2262)."""
+    texts = days.astype(object).tolist()
+    try:
+        pa.array(texts, pa.string()).cast(pa.date32())
+        return np.ones(len(texts), dtype=bool)
+    except pa.ArrowInvalid:  # shaped like a date but not one (2024-02-31): each on its own
+        return np.array([_is_date(t) for t in texts], dtype=bool)
+
+
+def _is_date(text: str) -> bool:
+    try:
+        dt.date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
 
 
 #: English month names and abbreviations (``Sept`` too), lower case, to month numbers.
@@ -658,11 +677,15 @@ def _checkbox_from_number(value: Any) -> tuple[bool, str] | None:
 
 
 def _date_from_date(value: Any) -> tuple[str, str | None] | None:
-    stamp = pd.Timestamp(value)
+    if type(value) is dt.date:  # any year the API takes (pandas' timestamps end at 1677, 2262)
+        return value.isoformat(), None
+    if isinstance(value, dt.datetime):
+        return (value.date().isoformat(), "date from date-time at midnight") if (
+            value.time() == dt.time()) else None
+    stamp = pd.Timestamp(value)  # a numpy datetime64
     if stamp != stamp.normalize():
         return None
-    counted = None if type(value) is dt.date else "date from date-time at midnight"
-    return stamp.date().isoformat(), counted  # 0999-01-01: strftime would drop the zero
+    return stamp.date().isoformat(), "date from date-time at midnight"
 
 
 def _date_from_serial(value: Any) -> tuple[str, str] | None:
