@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from connector.arrays import string_array
 from connector.atomic import atomic_path
 from connector.destinations.arrow import conform
 from connector.schema import (
@@ -233,16 +234,31 @@ def encode_csv(
 
 def as_text(batch: pa.RecordBatch) -> pa.RecordBatch:
     """`batch` ready for a CSV writer: choices as their text, timestamps as ISO 8601 UTC
-    text ending in ``Z`` (Arrow's own time-zone-aware formatting is ~30x slower)."""
+    text ending in ``Z`` (Arrow's own time-zone-aware formatting is ~30x slower), decimals
+    as plain digits (Arrow writes ``0E-9`` for a decimal(38,9) zero)."""
     columns = []
     for column in batch.columns:
         if pa.types.is_dictionary(column.type):
             column = column.cast(column.type.value_type)
+        elif pa.types.is_decimal(column.type):
+            column = _decimal_text(column)
         elif pa.types.is_timestamp(column.type) and column.type.tz is not None:
             utc = column.cast(pa.timestamp(column.type.unit)).cast(pa.string())
             column = pc.binary_join_element_wise(utc, "Z", "")
         columns.append(column)
     return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
+
+
+def _decimal_text(column: pa.Array) -> pa.Array:
+    """Decimals as plain digits with their scale's places (``0.000000000``, not ``0E-9``)."""
+    from decimal import Decimal
+
+    text = column.cast(pa.string())
+    scientific = pc.fill_null(pc.match_substring(text, "E"), False)
+    if not pc.any(scientific).as_py():
+        return text
+    fixed = [format(Decimal(t), "f") for t in text.filter(scientific).to_pylist()]
+    return pc.replace_with_mask(text, scientific, string_array(fixed))
 
 
 def excel_safe(text: str) -> str:

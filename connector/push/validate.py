@@ -213,7 +213,9 @@ def _column(
             message = f"not one of the options: {options}"
             problems.append((pos, _cell(source, pos, col.name, cells.iat[pos], message)))
     if col.required and col.name not in key.columns:
-        empty = values.isna().to_numpy()
+        empty = values.isna().to_numpy(dtype=bool, copy=True)
+        if col.kind.name in ("text", "choice"):  # "" is text, but the API's required wants more
+            empty |= values.eq("").fillna(False).to_numpy(dtype=bool)
         for pos in np.flatnonzero(empty).tolist():
             if pos not in coerced.errors:
                 problems.append((pos, _cell(source, pos, col.name, None, "a value is required")))

@@ -126,3 +126,13 @@ def test_typed_empty_text_is_sent_as_empty_text_and_a_null_over_it_changes_nothi
     assert [(u.fields, u.old) for u in done.plan.updates] == [
         ({"Note": ""}, {"Note": None}), ({"Note": None}, {"Note": "x"})]
     assert {k: v[1] for k, v in held(inproc, orders).items()} == {"a": "", "b": "", "c": None}
+
+
+def test_a_required_text_column_refuses_typed_empty_text_before_writing(
+    inproc: InProcess, orders: str, tmp_path: Path,
+) -> None:
+    parquet = tmp_path / "refs.parquet"
+    pq.write_table(pa.table({"Ref": ["e", ""], "OrderNo": [1, 2]}), parquet)
+    with pytest.raises(ValidationReport, match=r"row 3, column 'Ref': a value is required"):
+        push(inproc.client(), parquet, table="Orders", key="OrderNo")
+    assert inproc.transport.writes == 0
