@@ -244,7 +244,10 @@ class Table:
                     f"{column.type}; only number columns take a value type"
                 )
             else:
-                held = value_type(setting.type)
+                try:
+                    held = value_type(setting.type)
+                except ValueError as exc:
+                    raise ConfigError(f"{setting.where}: {exc}") from None
                 columns[setting.column] = replace(
                     column, value_type="" if held == FLOAT64 else str(held), typed_by=setting.where
                 )

@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_DECIMAL",
     "FLOAT64",
-    "VALUE_TYPES",
     "Inexact",
     "TypeSetting",
     "ValueType",
@@ -53,13 +52,10 @@ __all__ = [
     "decimal_misfit",
     "decimal_texts",
     "number_array",
-    "number_texts",
     "plain_decimal",
     "value_type",
 ]
 
-#: The value type names a setting may give (``decimal`` takes ``(P,S)`` too).
-VALUE_TYPES = ("float64", "int64", "decimal", "text")
 #: Arrow's decimal128 holds at most 38 digits.
 MAX_PRECISION = 38
 #: Integers a double holds whatever their last bits: |n| < 2**53.
@@ -194,11 +190,10 @@ def number_array(values: list[Any], held: ValueType | None) -> pa.Array:
     return (held or FLOAT64).array(values)
 
 
-def number_texts(values: list[Any]) -> list[str | None]:
+def _number_texts(values: list[Any]) -> list[str | None]:
     """JSON numbers as the JSON text orjson writes them (``9007199254740993``, ``0.1``,
     ``1e+16``), None for None: the exact text of each; TypeError for anything else."""
-    if not set(map(type, values)) <= _JSON_NUMBER:
-        raise TypeError("not all numbers")
+    _check_numbers(values)
     if not values:
         return []
     texts = orjson.dumps(values)[1:-1].decode("ascii").split(",")
@@ -253,7 +248,7 @@ def decimal_texts(values: list[Any]) -> list[str | None]:
     (0.1 is ``0.1``), and a whole double the integer it is (2.0**60 is
     ``1152921504606846976``, where its shortest text ``1.152921504606847e+18`` says
     ...7000): as int64 holds it, and as a push compares it."""
-    texts = number_texts(values)
+    texts = _number_texts(values)
     if float in set(map(type, values)):
         numbers = np.array(values, np.float64)
         for i in np.flatnonzero(np.abs(numbers) >= _EXACT_FLOAT_INT).tolist():
@@ -314,7 +309,7 @@ def decimal_misfit(text: str, held: ValueType) -> str | None:
 
 
 def _text(values: list[Any], held: ValueType) -> pa.Array:
-    return string_array(number_texts(values))
+    return string_array(_number_texts(values))
 
 
 _BUILDERS = {"float64": _float64, "int64": _int64, "decimal": _decimal, "text": _text}
