@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from connector.schema import CHECKBOX_FALSE, CHECKBOX_TRUE, Column
 
@@ -46,6 +47,7 @@ __all__ = [
     "canonical_dtype",
     "check_date_format",
     "coerce_column",
+    "json_keys",
     "number_keys",
     "same_values",
     "wire_values",
@@ -61,8 +63,9 @@ EXCEL_MAX_SERIAL = 2_958_465
 _MAX_EXACT_INT = 2**53
 #: An integer's text (a whole number with an optional zero fraction: ``12``, ``12.000``).
 _INTEGER = r"[+-]?\d+(?:\.0*)?"
-#: Significant digits every decimal text of up to this many keeps through a double.
-_DOUBLE_DIGITS = 15
+#: Significant digits a double's text needs at most (``%.17g``): a text of more names a
+#: decimal no double holds, unless it is the double's exact expansion or shortest text.
+_DOUBLE_DIGITS = 17
 
 _ISO_DATE = r"\d{4}-\d{2}-\d{2}"
 _ISO_MIDNIGHT = _ISO_DATE + r"[T ]00:00(?::00(?:\.0+)?)?(?:Z|[+-]00:?00)?"
@@ -215,8 +218,8 @@ def _wire_number(key: str) -> int | float:
 # --- numbers: exact keys -----------------------------------------------------------------
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_NOT_EXACT = ("has more digits than a number cell holds (a double keeps about 17); round it, "
-              "or keep it in a text column")
+_NOT_EXACT = ("has more digits than a number cell holds (a double: 17 significant digits); "
+              "round it, or keep it in a text column")
 _TOO_BIG = "an integer outside the 64-bit range, which a number cell does not hold exactly"
 
 
@@ -241,6 +244,23 @@ def number_keys(cells: pd.Series) -> tuple[pd.Series, np.ndarray[Any, Any], dict
     if _is_decimal_dtype(dtype):
         texts = pd.Series(pa.array(cells.array).cast(pa.string()).to_pandas(), dtype="string")
     return _text_keys(texts.str.strip())
+
+
+def json_keys(texts: pa.Array | pa.ChunkedArray) -> pd.Series:
+    """Number keys of JSON number texts as orjson writes them (what a live table is read as:
+    the ``text`` value type): an integer's text is its key already, a double is read back
+    (exactly: the text is its shortest) and keyed. Several times faster than `number_keys`,
+    which must also read what people write."""
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks() if texts.num_chunks else pa.array([], pa.string())
+    double = pc.fill_null(pc.or_(pc.match_substring(texts, "."), pc.match_substring(texts, "e")),
+                          False)
+    keys = np.array(texts.to_pylist(), dtype=object)
+    where = np.flatnonzero(double.to_numpy(zero_copy_only=False))
+    if len(where):
+        floats = texts.take(pa.array(where)).cast(pa.float64()).to_numpy(zero_copy_only=False)
+        keys[where] = _float_keys(floats)
+    return pd.Series(keys, dtype="string")
 
 
 def _float_keys(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -300,8 +320,9 @@ def _text_keys(texts: pd.Series) -> tuple[pd.Series, np.ndarray[Any, Any], dict[
         ok = np.isfinite(floats)
         keys.iloc[rest[ok]] = _float_keys(floats[ok])
         failed[rest[ok]] = False
-        digits = texts.iloc[rest[ok]].str.replace(r"[eE].*$|[^0-9]", "", regex=True)
-        long = digits.str.lstrip("0").str.len().to_numpy() > _DOUBLE_DIGITS
+        read = pa.array(texts.iloc[rest[ok]].tolist(), pa.string())
+        mantissa = pc.utf8_ltrim(pc.replace_substring_regex(read, r"[eE].*$|[^0-9]", ""), "0")
+        long = pc.utf8_length(mantissa).to_numpy(zero_copy_only=False) > _DOUBLE_DIGITS
         for i, text, number in zip(rest[ok][long], texts.iloc[rest[ok][long]],
                                    floats[ok][long], strict=True):
             if not _names_double(text, float(number)):

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from connector.api import MAX_PAGE_SIZE, AsyncClient, Client
 from connector.extract import Extraction
-from connector.push.coerce import canonical_dtype, number_keys
+from connector.push.coerce import canonical_dtype, json_keys
 from connector.schema import Table
 from connector.values import TypeSetting
 
@@ -55,7 +55,7 @@ class Live:
             if columns is None or col.name in columns:
                 values = data.column(col.name)
                 frame[col.name] = (
-                    number_keys(_canonical(values, "string"))[0] if col.kind.name == "number"
+                    json_keys(values) if col.kind.name == "number"
                     else _canonical(values, canonical_dtype(col))
                 )
         return cls(table, pd.DataFrame(frame, index=pd.RangeIndex(data.num_rows)))
