@@ -22,6 +22,7 @@ __all__ = [
     "bool_array",
     "concat_ids",
     "float_array",
+    "from_buffers",
     "int64_values",
     "no_ids",
     "string_array",
@@ -47,7 +48,7 @@ def string_array(values: Sequence[Any], *, blank_is_null: bool = False) -> pa.Ar
     if offsets[-1] >= 2**31:
         raise OverflowError("more than 2 GiB of text in one batch")
     buffers = [pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
-    return _from_buffers(pa.string(), valid, len(values), buffers)
+    return from_buffers(pa.string(), valid, len(values), buffers)
 
 
 def float_array(values: list[Any]) -> pa.Array:
@@ -57,7 +58,7 @@ def float_array(values: list[Any]) -> pa.Array:
     numbers = np.array(values, np.float64)  # None becomes NaN, which JSON cannot send
     nan = np.isnan(numbers)
     valid = ~nan if nan.any() else None
-    return _from_buffers(pa.float64(), valid, len(values), [pa.py_buffer(numbers)])
+    return from_buffers(pa.float64(), valid, len(values), [pa.py_buffer(numbers)])
 
 
 def bool_array(values: list[Any]) -> pa.Array:
@@ -68,7 +69,7 @@ def bool_array(values: list[Any]) -> pa.Array:
     nan = np.isnan(numbers)
     valid = ~nan if nan.any() else None
     bits = np.packbits(numbers == 1.0, bitorder="little")
-    return _from_buffers(pa.bool_(), valid, len(values), [pa.py_buffer(bits)])
+    return from_buffers(pa.bool_(), valid, len(values), [pa.py_buffer(bits)])
 
 
 def _not_none(values: Sequence[Any]) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
@@ -78,7 +79,7 @@ def _not_none(values: Sequence[Any]) -> np.ndarray[Any, np.dtype[np.bool_]] | No
     return np.fromiter(map(operator.is_not, values, repeat(None)), np.bool_, len(values))
 
 
-def _from_buffers(
+def from_buffers(
     type_: pa.DataType,
     valid: np.ndarray[Any, np.dtype[np.bool_]] | None,
     length: int,

@@ -14,6 +14,8 @@
     │   └── ValidationReport        every bad header and cell, with its spreadsheet row
     ├── PlanError                   plan again: the table changed since the plan  (exit 1)
     ├── ExtractionError             the table changed too fast to read; run again (exit 1)
+    ├── InexactValue                a number its column's value type cannot hold exactly:
+    │                               give the column another type; that table not written (exit 1)
     ├── JobLocked                   another run of the job holds its lock      (exit 75)
     ├── DestinationError            a file or database refused a load; old data kept (exit 1)
     ├── EngineError                 a blocking Client call that cannot run (closed client, or
@@ -66,6 +68,7 @@ __all__ = [
     "EngineError",
     "ExitCode",
     "ExtractionError",
+    "InexactValue",
     "InputError",
     "JobLocked",
     "MissingExtra",
@@ -199,6 +202,12 @@ class PlanError(ConnectorError):
 
 class ExtractionError(ConnectorError):
     """The table changed so much during the read that it could not be repaired; run again."""
+
+
+class InexactValue(ConnectorError):
+    """A number cell its column's value type cannot hold exactly (`connector.values`): an
+    integer past 2**53 in a float64 column, a fraction in an int64 one... The table is not
+    written; the message names the table, column, row, value and the setting to change."""
 
 
 class JobLocked(ConnectorError):

@@ -20,8 +20,8 @@ import pyarrow.compute as pc
 from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, AsyncClient, Client
 from connector.api.calls import Filter
 from connector.api.paging import Cells, ExtractionError, PageReader
-from connector.arrays import bool_array, float_array, string_array
-from connector.errors import CellWarning, ConfigError
+from connector.arrays import bool_array, string_array
+from connector.errors import CellWarning, ConfigError, InexactValue
 from connector.schema import (
     CHECKBOX_FALSE,
     CHECKBOX_TRUE,
@@ -31,6 +31,7 @@ from connector.schema import (
     arrow_schema,
     frame_from_arrow,
 )
+from connector.values import Inexact, TypeSetting, number_array
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -65,11 +66,17 @@ class Extraction:
         filter: Filter | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
         concurrency: int | None = None,
+        types: Mapping[str, str] | None = None,
     ) -> None:
         if not 2 <= page_size <= MAX_PAGE_SIZE:
             raise ConfigError(f"page size must be between 2 and {MAX_PAGE_SIZE}, not {page_size}")
         if concurrency is not None and concurrency < 1:
             raise ConfigError(f"concurrency must be at least 1, not {concurrency}")
+        if types:
+            table = table.typed(
+                TypeSetting(table.id, str(column), str(spec), f"types[{column!r}]")
+                for column, spec in types.items()
+            )
         self.table = table
         self.columns: tuple[Column, ...] = _select(table, columns)
         self.schema: pa.Schema = arrow_schema(table, [c.name for c in self.columns])
@@ -193,6 +200,7 @@ class _Caster:
 
     def __init__(self, extraction: Extraction) -> None:
         self._schema: pa.Schema = extraction.schema
+        self._table = extraction.table
         self._columns = extraction.columns
         self._names = [c.name for c in self._columns]
         self._warned: set[str] = set()
@@ -208,10 +216,16 @@ class _Caster:
             _timestamps(created),
             _timestamps(updated),
         ]
-        arrays += [self._cells(c, v) for c, v in zip(self._columns, values, strict=True)]
+        for column, column_cells in zip(self._columns, values, strict=True):
+            try:
+                arrays.append(self._cells(column, column_cells))
+            except Inexact as exc:
+                raise _inexact(self._table, column, ids[exc.position], exc) from None
         return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
 
     def _cells(self, column: Column, values: list[Any]) -> pa.Array:
+        """A column's cells as its Arrow type. Text is text: ``""`` stays ``""``, only a
+        missing cell is null. A number its value type cannot hold is `Inexact`."""
         kind = column.kind.name
         if kind == "choice":
             return _choices(column, values)
@@ -220,9 +234,9 @@ class _Caster:
             if kind == "date":
                 return string_array(values, blank_is_null=True).cast(arrow_type)
             if kind == "text":
-                return string_array(values, blank_is_null=True)
+                return string_array(values)
             if kind == "number":
-                return float_array(values)
+                return number_array(values, column.values)
             if kind == "checkbox":
                 return bool_array(values)
             return pa.array(values, arrow_type, from_pandas=True)
@@ -233,7 +247,8 @@ class _Caster:
         bad = 0
         for value in values:
             try:
-                parsed.append(None if value is None or value == "" else parse(value))
+                empty = value is None or (value == "" and kind != "text")
+                parsed.append(None if empty else parse(value))
             except (TypeError, ValueError, OverflowError):
                 parsed.append(None)
                 bad += 1
@@ -244,13 +259,45 @@ class _Caster:
                 CellWarning,
                 stacklevel=2,
             )
+        if kind == "number":  # exact, as the fast path: the parsed numbers, checked
+            return number_array(parsed, column.values)
         return pa.array(parsed, arrow_type, from_pandas=True)
 
 
-def _number(value: Any) -> float:
-    if isinstance(value, str):
-        return float(value.strip().replace(",", ""))
-    return float(value)
+def _inexact(table: Table, column: Column, row_id: Any, exc: Inexact) -> InexactValue:
+    """The one line naming the table, column, row, value, and the setting to change."""
+    if column.typed_by:
+        setting = f"{column.values}, set by {column.typed_by}: give it another type there"
+    else:
+        by_name = table.id if ":" in table.name else table.name
+        setting = (
+            "float64, the default: give it a type that holds it (int64, decimal(P,S) or text) "
+            f"with --type {by_name}:{column.name}=int64, [tables.types.{_toml_key(table.name)}] "
+            f'{_toml_key(column.name)} = "int64" in a job file, or types= in Python'
+        )
+    return InexactValue(
+        f"table {table.name!r}, column {column.name!r}, row {row_id}: {exc.value!r} cannot be "
+        f"held exactly ({exc.why}); the column is {setting}"
+    )
+
+
+def _toml_key(name: str) -> str:
+    """A name as a TOML key: bare when it can be, quoted otherwise."""
+    import json
+    import re
+
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
+
+
+def _number(value: Any) -> int | float:
+    """A number cell a server sent as text (``"1,234"``) or a boolean, as the number it is:
+    an integer's digits as an int (exact), anything else a float."""
+    text = value.strip().replace(",", "") if isinstance(value, str) else value
+    if isinstance(text, str) and text.lstrip("+-").isdigit():
+        return int(text)
+    if isinstance(text, bool | int):
+        return int(text)
+    return float(text)
 
 
 def _checkbox(value: Any) -> bool:
@@ -284,11 +331,12 @@ _PARSERS: Mapping[str, Callable[[Any], Any]] = {
 
 
 def _choices(column: Column, values: list[Any]) -> pa.Array:
-    """A dictionary array whose dictionary is the column's options (plus any stray values)."""
+    """A dictionary array whose dictionary is the column's options (plus any stray values).
+    As text, ``""`` is a value (one of the options, or a stray one), not a missing cell."""
     options = list(column.options or ())
     dictionary = string_array(options)
     try:
-        strings = string_array(values, blank_is_null=True)
+        strings = string_array(values)
         codes = pc.index_in(strings, value_set=dictionary)
         if codes.null_count == strings.null_count:  # every value is one of the options
             return pa.DictionaryArray.from_arrays(codes.cast(pa.int32()), dictionary)
@@ -297,7 +345,7 @@ def _choices(column: Column, values: list[Any]) -> pa.Array:
     index = {option: i for i, option in enumerate(options)}
     indices: list[int | None] = []
     for value in values:
-        if value is None or value == "":
+        if value is None:
             indices.append(None)
             continue
         text = _text(value)

@@ -14,12 +14,13 @@ import difflib
 import json
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from connector.errors import ColumnNotFound, UnknownColumnTypeWarning
+from connector.errors import ColumnNotFound, ConfigError, UnknownColumnTypeWarning
+from connector.values import FLOAT64, TypeSetting, ValueType, value_type
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -59,6 +60,8 @@ META_TABLE_NAME = b"connector.table_name"
 META_COLUMN_TYPE = b"connector.type"
 META_OPTIONS = b"connector.options"
 META_SYSTEM = b"connector.system"
+#: A number column's value type (`connector.values`), written when it is not the default.
+META_VALUE_TYPE = b"connector.value_type"
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,11 @@ class Column:
     id: str = ""
     required: bool = False
     options: tuple[str, ...] | None = None
+    #: How a number column's cells are held (`connector.values`): ``int64``,
+    #: ``decimal(38,9)``...; empty for the default (float64) and for other columns.
+    value_type: str = ""
+    #: The setting that gave `value_type`, as errors name it (not part of the column's identity).
+    typed_by: str = field(default="", compare=False, repr=False)
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> Column:
@@ -134,8 +142,16 @@ class Column:
         return column_type(self.type)
 
     @property
+    def values(self) -> ValueType | None:
+        """A number column's value type (float64 unless set); None for other columns."""
+        if self.kind.name != "number":
+            return None
+        return value_type(self.value_type) if self.value_type else FLOAT64
+
+    @property
     def arrow_type(self) -> pa.DataType:
-        return self.kind.arrow
+        values = self.values
+        return values.arrow if values is not None else self.kind.arrow
 
     @property
     def pandas_dtype(self) -> Any:
@@ -143,20 +159,31 @@ class Column:
             import pandas as pd
 
             return pd.CategoricalDtype(list(self.options or ()), ordered=False)
-        return self.kind.pandas
+        values = self.values
+        return values.pandas if values is not None else self.kind.pandas
 
     @property
     def sql_type(self) -> sa.types.TypeEngine[Any]:
         import sqlalchemy as sa
 
+        values = self.values
+        if values is not None:
+            return values.sql()
         if self.kind.sql is sa.DateTime:
             return sa.DateTime(timezone=True)
         return self.kind.sql()
+
+    @property
+    def type_label(self) -> str:
+        """The column's type as messages name it: ``number``, or ``number (int64)`` when set."""
+        return f"{self.type} ({self.values})" if self.value_type else self.type
 
     def arrow_field(self, name: str | None = None) -> pa.Field:
         meta = {META_COLUMN_TYPE: self.type.encode()}
         if self.options is not None:
             meta[META_OPTIONS] = json.dumps(list(self.options)).encode()
+        if self.value_type:
+            meta[META_VALUE_TYPE] = str(self.values).encode()
         return pa.field(name or self.name, self.arrow_type, nullable=True, metadata=meta)
 
 
@@ -204,6 +231,32 @@ class Table:
             else f"columns: {', '.join(map(repr, names)) or 'none'}"
         )
         raise ColumnNotFound(f"table {self.name!r} has no column {name!r}; {hint}")
+
+    def typed(self, settings: Iterable[TypeSetting]) -> Table:
+        """This table with the value types `settings` give its number columns; a ConfigError
+        naming the setting for a column the table lacks or one that is not a number."""
+        columns = {c.name: c for c in self.columns}
+        for setting in settings:
+            column = columns.get(setting.column)
+            if column is None:
+                try:
+                    self.column(setting.column)
+                except ColumnNotFound as exc:
+                    raise ConfigError(f"{setting.where}: {exc}") from None
+            elif column.kind.name != "number":
+                raise ConfigError(
+                    f"{setting.where}: column {setting.column!r} of table {self.name!r} is "
+                    f"{column.type}; only number columns take a value type"
+                )
+            else:
+                try:
+                    held = value_type(setting.type)
+                except ValueError as exc:
+                    raise ConfigError(f"{setting.where}: {exc}") from None
+                columns[setting.column] = replace(
+                    column, value_type="" if held == FLOAT64 else str(held), typed_by=setting.where
+                )
+        return replace(self, columns=tuple(columns[c.name] for c in self.columns))
 
     def system_names(self) -> dict[str, str]:
         """The names of the columns that are not the user's, in every frame and destination:
@@ -285,6 +338,10 @@ def _pandas_type_for_arrow(arrow_type: pa.DataType) -> Any:
         return pd.StringDtype()
     if pa.types.is_floating(arrow_type):
         return pd.Float64Dtype()
+    if pa.types.is_integer(arrow_type):
+        return pd.Int64Dtype()
+    if pa.types.is_decimal(arrow_type):
+        return pd.ArrowDtype(arrow_type)
     if pa.types.is_boolean(arrow_type):
         return pd.BooleanDtype()
     if pa.types.is_date32(arrow_type):

@@ -4,12 +4,13 @@
     >>> ws.tables()                            # [TableSummary(...), ...]
     >>> ws.schema("Orders").columns            # (Column(...), ...)
     >>> ws.read("Orders", filter={"Status": {"eq": "Open"}}, columns=["Status", "Total"])
+    >>> ws.read("Orders", types={"OrderNo": "int64", "Total": "decimal(18,2)"})
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 from connector.api import DEFAULT_PAGE_SIZE, Client
@@ -68,7 +69,8 @@ class Workspace:
         return self._resolve(table)
 
     def extraction(
-        self, table: str, *, filter: Filter | None = None, columns: Sequence[str] | None = None
+        self, table: str, *, filter: Filter | None = None, columns: Sequence[str] | None = None,
+        types: Mapping[str, str] | None = None,
     ) -> Extraction:
         """A streamed read of a table (record batches), for tables too big for one frame."""
         if isinstance(columns, str):
@@ -79,16 +81,20 @@ class Workspace:
             filter=filter,
             columns=columns,
             page_size=self.page_size,
+            types=types,
         )
 
     def read(
-        self, table: str, *, filter: Filter | None = None, columns: Sequence[str] | None = None
+        self, table: str, *, filter: Filter | None = None, columns: Sequence[str] | None = None,
+        types: Mapping[str, str] | None = None,
     ) -> pd.DataFrame:
         """A table as a DataFrame typed from its schema; `filter` uses ``eq`` / ``gt``.
 
-        System columns lead as ``_id``, ``_created_at``, ``_updated_at``.
+        System columns lead as ``_id``, ``_created_at``, ``_updated_at``. `types` holds
+        number columns as ``int64``, ``decimal(P,S)`` or ``text`` instead of float64
+        (`connector.values`); a number float64 cannot hold exactly raises `InexactValue`.
         """
-        return self.extraction(table, filter=filter, columns=columns).to_pandas()
+        return self.extraction(table, filter=filter, columns=columns, types=types).to_pandas()
 
     def read_all(self) -> dict[str, pd.DataFrame]:
         """Every table by name; a table the key may not read is skipped with a warning."""

@@ -173,7 +173,7 @@ def _timestamp(text: str) -> dt.datetime:
 
 def _expected(row: dict[str, Any], types: dict[str, str], system: str = "_") -> dict[str, Any]:
     """A row of the API as the frame must hold it: numbers as floats, dates as dates, an
-    empty cell (absent, null or "") as null, timestamps in UTC."""
+    empty cell (absent or null) as null, "" as "", timestamps in UTC."""
     out: dict[str, Any] = {
         f"{system}id": row["id"],
         f"{system}created_at": _timestamp(row["created_at"]),
@@ -181,7 +181,7 @@ def _expected(row: dict[str, Any], types: dict[str, str], system: str = "_") -> 
     }
     for name, kind in types.items():
         value = row["fields"].get(name)
-        if value is None or value == "":
+        if value is None:
             out[name] = None
         elif kind == "number":
             out[name] = float(value)

@@ -20,8 +20,9 @@ transaction, as a SQL one is:
 A column added upstream is added in place; any other change (renamed, retyped, dropped)
 rebuilds the table in the same transaction, its held rows renamed and converted by
 `connector.destinations.evolve`. Column types come from `connector.schema` (each column
-type's SQL type, named here as DuckDB spells it); choices are text, timestamps
-``TIMESTAMPTZ`` (read back in UTC). The table has no primary key: ids are unique by
+type's SQL type, named here as DuckDB spells it; a number column's value type as
+`connector.values` spells it for DuckDB: DOUBLE, BIGINT, DECIMAL(P,S), VARCHAR); choices are
+text, timestamps ``TIMESTAMPTZ`` (read back in UTC). The table has no primary key: ids are unique by
 construction (a merge deletes before it inserts), and DuckDB's key index would make every
 bulk insert check it row by row. One connection a run (DuckDB lets one process at a time
 write a file), a cursor a call.
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import re
 import secrets
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -63,22 +65,24 @@ MEMORY_LIMIT = "32MB"
 #: buffers (~20 MB of peak RSS at 1,000,000 rows), not speed.
 THREADS = 1
 _FEATURE = "duckdb:/// destinations"
-#: `connector.schema`'s SQL type names (`ColumnType.sql_name`) as DuckDB spells them.
+#: `connector.schema`'s SQL type names (`ColumnType.sql_name`) as DuckDB spells them
+#: (number columns: their value type's, `ValueType.duckdb`).
 _DUCKDB_TYPES = {
     "Text": "VARCHAR",
-    "Double": "DOUBLE",
     "Boolean": "BOOLEAN",
     "Date": "DATE",
     "DateTime": "TIMESTAMPTZ",
 }
-#: DuckDB's type names back to Arrow (what `stored` reports).
+#: DuckDB's type names back to Arrow (what `stored` reports; DECIMAL(P,S) by `_arrow_type`).
 _ARROW_TYPES = {
     "VARCHAR": pa.string(),
     "DOUBLE": pa.float64(),
+    "BIGINT": pa.int64(),
     "BOOLEAN": pa.bool_(),
     "DATE": pa.date32(),
     "TIMESTAMP WITH TIME ZONE": pa.timestamp("us", tz="UTC"),
 }
+_DECIMAL = re.compile(r"DECIMAL\((\d+),\s*(\d+)\)")
 
 
 def open_duckdb(config: DestinationConfig) -> DuckdbDestination:
@@ -162,7 +166,7 @@ class DuckdbDestination:
         ours = {f.name.casefold(): f for f in target.with_marks(True)}
         fields = []
         for name, type_name in columns.items():
-            type_ = _ARROW_TYPES.get(type_name, pa.string())
+            type_ = _arrow_type(type_name)
             known = ours.get(name.casefold())
             if known is not None and _plain(known.type) == type_:
                 fields.append(known.with_type(type_))
@@ -317,10 +321,20 @@ def _column_types(target: Target, *, marks: bool) -> dict[str, str]:
         elif system is not None:
             types[f.name] = "TIMESTAMPTZ"
         else:
-            types[f.name] = _DUCKDB_TYPES[target.table.column(f.name).kind.sql_name]
+            column = target.table.column(f.name)
+            held = column.values
+            types[f.name] = held.duckdb if held is not None else _DUCKDB_TYPES[column.kind.sql_name]
     if marks:
         types[target.deleted_name] = "TIMESTAMPTZ"
     return types
+
+
+def _arrow_type(type_name: str) -> pa.DataType:
+    """A DuckDB column type as Arrow holds its values (text for a type we never write)."""
+    decimal = _DECIMAL.fullmatch(type_name)
+    if decimal is not None:
+        return pa.decimal128(int(decimal.group(1)), int(decimal.group(2)))
+    return _ARROW_TYPES.get(type_name, pa.string())
 
 
 def _replace(cur: Any, name: str, columns: dict[str, str], batches: Iterable[pa.RecordBatch]) -> int:

@@ -11,8 +11,9 @@ Every destination evolves the same way, decided here once:
 - added: the column appears, empty in rows held from before (the next full read fills the
   live ones);
 - renamed (same id): the column keeps its values under the new name;
-- retyped: held values are converted by `convert` (the one set of rules); a value that does
-  not convert becomes empty;
+- retyped (another API type, or another value type for a number column: float64, int64,
+  decimal, text, `connector.values`): held values are converted by `convert` (the one set
+  of rules); a value that does not convert exactly becomes empty;
 - dropped: the column and its held values are removed, as on the server;
 - options changed: values are kept (a value outside the options stays as text).
 
@@ -30,7 +31,24 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connector.schema import CHECKBOX_FALSE, CHECKBOX_TRUE, META_COLUMN_TYPE, META_OPTIONS, Column
+from connector.arrays import string_array
+from connector.schema import (
+    CHECKBOX_FALSE,
+    CHECKBOX_TRUE,
+    META_COLUMN_TYPE,
+    META_OPTIONS,
+    META_VALUE_TYPE,
+    Column,
+)
+from connector.values import (
+    INT64_MAX,
+    INT64_MIN,
+    ValueType,
+    cast_decimal,
+    decimal_misfit,
+    decimal_texts,
+    plain_decimal,
+)
 
 __all__ = [
     "AddColumn",
@@ -127,8 +145,8 @@ def diff(before: Sequence[Column], after: Sequence[Column]) -> tuple[SchemaOp, .
         if old.name != new.name:
             ops.append(RenameColumn(old.name, new.name))
     for old, new in pairs:
-        if old.type != new.type:
-            ops.append(RetypeColumn(new.name, old.type, new.type))
+        if old.type != new.type or old.values != new.values:
+            ops.append(RetypeColumn(new.name, old.type_label, new.type_label))
         elif new.type == "choice" and old.options != new.options and old.options is not None:
             was, now = old.options or (), new.options or ()
             ops.append(ChangeOptions(
@@ -164,8 +182,22 @@ def columns_of(schema: pa.Schema, system: Iterable[str]) -> tuple[Column, ...]:
         meta = field.metadata or {}
         kind = meta[META_COLUMN_TYPE].decode() if META_COLUMN_TYPE in meta else _kind_of(field.type)
         options = tuple(json.loads(meta[META_OPTIONS])) if META_OPTIONS in meta else None
-        out.append(Column(field.name, kind, id="", options=options))
+        held = meta[META_VALUE_TYPE].decode() if META_VALUE_TYPE in meta else ""
+        if kind == "number" and not held:  # as its storage type says
+            held = _value_type_of(field.type)
+        out.append(Column(field.name, kind, id="", options=options, value_type=held))
     return tuple(out)
+
+
+def _value_type_of(type_: pa.DataType) -> str:
+    """A number column's value type as a stored type says it ("" for float64, the default)."""
+    if pa.types.is_integer(type_):
+        return "int64"
+    if pa.types.is_decimal(type_):
+        return f"decimal({type_.precision},{type_.scale})"
+    if pa.types.is_string(type_) or pa.types.is_large_string(type_):
+        return "text"
+    return ""
 
 
 def _kind_of(type_: pa.DataType) -> str:
@@ -194,7 +226,9 @@ def convert(values: pa.Array | pa.ChunkedArray, to: pa.DataType) -> pa.Array:
 
     - to text: numbers without a trailing ``.0`` (``3``, ``0.5``), checkboxes ``true`` /
       ``false``, dates ISO (``2024-05-01``);
-    - to number: text that is a number (``" 12.5 "``, ``1e3``), checkboxes 1 / 0;
+    - to number (float64, int64, decimal): numbers and text that is a number (``" 12.5 "``,
+      ``1e3``) that the target holds exactly (3.0 into int64, not 2.5; 2**53+1 not into
+      float64), checkboxes 1 / 0;
     - to checkbox: the words `connector.schema` reads (``yes``, ``x``, ``0``...), numbers
       1 / 0;
     - to date: ISO dates (a time after them is dropped);
@@ -211,8 +245,8 @@ def convert(values: pa.Array | pa.ChunkedArray, to: pa.DataType) -> pa.Array:
         out = pa.nulls(len(values), target)
     elif pa.types.is_string(target) or pa.types.is_large_string(target):
         out = _to_text(values).cast(target)
-    elif pa.types.is_floating(target):
-        out = _to_number(values)
+    elif pa.types.is_floating(target) or pa.types.is_integer(target) or pa.types.is_decimal(target):
+        out = _to_number(values, target)
     elif pa.types.is_boolean(target):
         out = _to_checkbox(values)
     elif pa.types.is_date(target):
@@ -233,14 +267,56 @@ def _to_text(values: pa.Array) -> pa.Array:
     return values.cast(pa.string())
 
 
-def _to_number(values: pa.Array) -> pa.Array:
-    if pa.types.is_boolean(values.type) or pa.types.is_integer(values.type):
-        return values.cast(pa.float64())
-    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+def _to_number(values: pa.Array, to: pa.DataType) -> pa.Array:
+    """Numbers, checkboxes and numeric text as the number type `to`, through their exact text
+    (an int64's digits, a double's shortest text, a decimal's digits); a value `to` does not
+    hold exactly becomes null."""
+    if pa.types.is_boolean(values.type):
+        values = values.cast(pa.int8())
+    if pa.types.is_floating(values.type):
+        text = string_array(decimal_texts(values.to_pylist()))
+    elif pa.types.is_integer(values.type) or pa.types.is_decimal(values.type):
+        text = values.cast(pa.string())
+    elif pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
         numeric = pc.fill_null(pc.match_substring_regex(values, _NUMBER), False)
-        kept = pc.if_else(numeric, pc.utf8_trim_whitespace(values), pa.scalar(None, values.type))
-        return kept.cast(pa.float64())
-    return pa.nulls(len(values), pa.float64())
+        text = pc.if_else(numeric, pc.utf8_trim_whitespace(values), pa.scalar(None, values.type))
+        text = text.cast(pa.string())
+    else:
+        return pa.nulls(len(values), to)
+    try:
+        out = cast_decimal(text, to) if pa.types.is_decimal(to) else text.cast(to)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return _numbers_one_by_one(text, to)
+    if pa.types.is_floating(to):
+        exact = pc.equal(out.cast(pa.string()), text)  # digits a double does not hold: null
+        if not pc.all(pc.fill_null(exact, True)).as_py():
+            return _numbers_one_by_one(text, to)
+    return out
+
+
+def _numbers_one_by_one(texts: pa.Array, to: pa.DataType) -> pa.Array:
+    """`_to_number` for a column where some text does not convert: each on its own."""
+    from decimal import Decimal, InvalidOperation
+
+    out: list[str | None] = []
+    for text in texts.to_pylist():
+        try:
+            number = Decimal(text) if text is not None else None
+        except InvalidOperation:
+            number = None
+        if number is None or not number.is_finite():
+            out.append(None)
+        elif pa.types.is_integer(to):
+            whole = number == number.to_integral_value() and INT64_MIN <= number <= INT64_MAX
+            out.append(str(int(number)) if whole else None)
+        elif pa.types.is_decimal(to):
+            fits = decimal_misfit(text, ValueType("decimal", to.precision, to.scale)) is None
+            out.append(plain_decimal(text) if fits else None)
+        else:
+            double = float(number)
+            out.append(text if Decimal(double) == number or Decimal(repr(double)) == number
+                       else None)
+    return string_array(out).cast(to)
 
 
 def _to_checkbox(values: pa.Array) -> pa.Array:

@@ -2,7 +2,8 @@
 
 Parquet: types survive a round trip through pandas, pyarrow and DuckDB: choices are dictionary
 columns whose dictionary is the column's options (so pandas reads a categorical with every
-option), numbers float64, checkboxes bool, dates date32, timestamps UTC. The file says what
+option), numbers their value type (float64 unless set: int64, decimal128, text;
+`connector.values`), checkboxes bool, dates date32, timestamps UTC. The file says what
 it was extracted from: table id and name, each column's API type and options (also as one
 JSON document, readable where Arrow field metadata is not), and the extraction time.
 """
@@ -20,9 +21,18 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from connector.arrays import string_array
 from connector.atomic import atomic_path
 from connector.destinations.arrow import conform
-from connector.schema import META_COLUMN_TYPE, META_OPTIONS, META_SYSTEM, TYPES, column_type
+from connector.schema import (
+    META_COLUMN_TYPE,
+    META_OPTIONS,
+    META_SYSTEM,
+    META_VALUE_TYPE,
+    TYPES,
+    column_type,
+)
+from connector.values import value_type
 
 __all__ = [
     "FORMULA_STARTS",
@@ -131,15 +141,21 @@ def _file_schema(schema: pa.Schema, extracted_at: datetime) -> pa.Schema:
 
 def _pandas_metadata(schema: pa.Schema) -> bytes:
     """pandas' own schema note, so a plain `pd.read_parquet` restores our nullable dtypes
-    (string, Float64, boolean, date) instead of object and float columns.
+    (string, Float64, Int64, boolean, date) instead of object and float columns.
 
     Written by hand from `connector.schema`'s dtype names, so writing Parquet never imports
-    pandas. Choices (dictionary -> categorical) and UTC timestamps need no note.
+    pandas. Choices (dictionary -> categorical), decimals (exact `Decimal`s) and UTC
+    timestamps need no note.
     """
     columns = []
     for f in schema:
         meta = f.metadata or {}
-        if META_COLUMN_TYPE in meta:
+        if META_VALUE_TYPE in meta:
+            held = value_type(meta[META_VALUE_TYPE].decode()).pandas_name
+            if held is None:
+                continue
+            dtype = held
+        elif META_COLUMN_TYPE in meta:
             dtype = column_type(meta[META_COLUMN_TYPE].decode()).pandas_name
         elif meta.get(META_SYSTEM) == b"id":
             dtype = TYPES["text"].pandas_name
@@ -218,16 +234,31 @@ def encode_csv(
 
 def as_text(batch: pa.RecordBatch) -> pa.RecordBatch:
     """`batch` ready for a CSV writer: choices as their text, timestamps as ISO 8601 UTC
-    text ending in ``Z`` (Arrow's own time-zone-aware formatting is ~30x slower)."""
+    text ending in ``Z`` (Arrow's own time-zone-aware formatting is ~30x slower), decimals
+    as plain digits (Arrow writes ``0E-9`` for a decimal(38,9) zero)."""
     columns = []
     for column in batch.columns:
         if pa.types.is_dictionary(column.type):
             column = column.cast(column.type.value_type)
+        elif pa.types.is_decimal(column.type):
+            column = _decimal_text(column)
         elif pa.types.is_timestamp(column.type) and column.type.tz is not None:
             utc = column.cast(pa.timestamp(column.type.unit)).cast(pa.string())
             column = pc.binary_join_element_wise(utc, "Z", "")
         columns.append(column)
     return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
+
+
+def _decimal_text(column: pa.Array) -> pa.Array:
+    """Decimals as plain digits with their scale's places (``0.000000000``, not ``0E-9``)."""
+    from decimal import Decimal
+
+    text = column.cast(pa.string())
+    scientific = pc.fill_null(pc.match_substring(text, "E"), False)
+    if not pc.any(scientific).as_py():
+        return text
+    fixed = [format(Decimal(t), "f") for t in text.filter(scientific).to_pylist()]
+    return pc.replace_with_mask(text, scientific, string_array(fixed))
 
 
 def excel_safe(text: str) -> str:

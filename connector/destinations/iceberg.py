@@ -439,7 +439,10 @@ def _iceberg_type(type_: pa.DataType) -> Any:
     plain = plain_type(type_)
     if pa.types.is_timestamp(plain):
         return t.TimestamptzType() if plain.tz else t.TimestampType()
-    simple = {pa.float64(): t.DoubleType(), pa.bool_(): t.BooleanType(), pa.date32(): t.DateType()}
+    if pa.types.is_decimal(plain):
+        return t.DecimalType(plain.precision, plain.scale)
+    simple = {pa.float64(): t.DoubleType(), pa.int64(): t.LongType(), pa.bool_(): t.BooleanType(),
+              pa.date32(): t.DateType()}
     return simple.get(plain, t.StringType())
 
 

@@ -9,8 +9,10 @@ until the commit, and a failed or killed write rolls back whole.
 - ``merge`` upserts by id (``ON CONFLICT DO UPDATE``, which also clears a mark), then
   removes or stamps the deleted ids.
 
-Columns are typed by `connector.schema` (the one mapping); the row id is the primary key;
-identifiers are always quoted. A column added upstream is added in place; any other change
+Columns are typed by `connector.schema` (the one mapping; a number column by its value type:
+DOUBLE PRECISION, BIGINT, NUMERIC(P,S) or TEXT); the row id is the primary key; identifiers
+are always quoted. SQLite has no exact decimal (its NUMERIC keeps 15 digits), so a decimal
+column is refused there, naming the setting: ``text`` holds the exact digits instead. A column added upstream is added in place; any other change
 (renamed, retyped, dropped) rebuilds the table in the same transaction, its held rows
 renamed and converted by `connector.destinations.evolve`. PostgreSQL through psycopg is
 loaded with ``COPY`` (Arrow writes the CSV in C++); other databases get an ``executemany``.
@@ -149,6 +151,7 @@ class SqlDestination:
             _transaction(self.engine) as conn,
         ):
             _check_identifiers(conn, target)
+            _check_types(conn, target)
             # a replace needs nothing of the held table (reflecting it: ~30 ms of queries)
             held = None if change.mode == "replace" else _reflect(conn, target.name)
             marks = change.mark or (
@@ -207,11 +210,17 @@ def _reflect(conn: sa.Connection, name: str) -> sa.Table | None:
 
 
 def _arrow_type(column: sa.Column[Any]) -> pa.DataType:
-    """A reflected column's values as Arrow holds them (SQLite's affinities included)."""
-    python = _python_type(column.type)
+    """A reflected column's values as Arrow holds them (SQLite's affinities included):
+    integers int64, NUMERIC(P,S) decimal128, other numbers float64."""
+    type_ = column.type
+    python = _python_type(type_)
     if python is bool:
         return pa.bool_()
-    if python in (float, int):
+    if python is int:
+        return pa.int64()
+    if isinstance(type_, sa.Numeric) and not isinstance(type_, sa.Float) and type_.precision:
+        return pa.decimal128(type_.precision, type_.scale or 0)
+    if isinstance(type_, sa.Numeric) or python is float:
         return pa.float64()
     if python is datetime:
         return pa.timestamp("us", tz="UTC")
@@ -492,6 +501,8 @@ def _arrow_column(values: list[Any], type_: pa.DataType) -> pa.Array:
     `pa.array` of Python objects would import pandas)."""
     if pa.types.is_floating(type_):
         return float_array([None if v is None else float(v) for v in values])
+    if pa.types.is_integer(type_) or pa.types.is_decimal(type_):  # exact: through their digits
+        return string_array([None if v is None else str(v) for v in values]).cast(type_)
     if pa.types.is_boolean(type_):
         return bool_array([None if v is None else bool(v) for v in values])
     if pa.types.is_timestamp(type_):
@@ -576,6 +587,21 @@ def _check_identifiers(conn: sa.Connection, target: Target) -> None:
             raise ConfigError(
                 f"name {identifier!r} is longer than {conn.dialect.name}'s limit of {limit} "
                 "bytes; load the table under a shorter name"
+            )
+
+
+def _check_types(conn: sa.Connection, target: Target) -> None:
+    """SQLite keeps 15 digits of a NUMERIC: a decimal column is refused, naming its setting."""
+    if conn.dialect.name != "sqlite":
+        return
+    for column in target.table.columns:
+        held = column.values
+        if held is not None and held.name == "decimal":
+            raise ConfigError(
+                f"{column.typed_by or 'types'}: column {column.name!r} of table "
+                f"{target.table.name!r} is {held}, and SQLite has no exact decimal type; type "
+                'it "text" (the exact digits, as text), "int64" or "float64" for SQLite, or '
+                "load it into PostgreSQL or DuckDB"
             )
 
 

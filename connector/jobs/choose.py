@@ -25,6 +25,7 @@ from connector.jobs.jobfile import quote
 from connector.naming import assign, column_problems
 from connector.results import Status, TableResult
 from connector.schema import Table
+from connector.values import TypeSetting
 
 __all__ = ["Chosen", "Filter", "Placement", "choose"]
 
@@ -93,9 +94,18 @@ def choose(
         resolve(value, f"tables.rename.{quote(value)}: " if not job.one_shot else "--rename: "): name
         for value, name in selection.renames
     }
+    types: dict[str, list[TypeSetting]] = {}
+    for setting in selection.types:  # where: the setting as the user made it
+        try:
+            types.setdefault(resolve_table(summaries, setting.table), []).append(setting)
+        except ConfigError as exc:
+            raise exc.where(f"{setting.where}: ") from None
     listed = {s.id for s in summaries}
     chosen = Chosen(listed_rows={s.id: s.rows for s in summaries})
     ids = [t for t in wanted if t not in excluded]
+    for table_id, settings in types.items():
+        if selection.include is not None and table_id not in ids:
+            raise ConfigError(f"{settings[0].where}: types a table the run does not read")
     for table_id, answer in zip(ids, client.run(_schemas(client.aio, ids)), strict=True):
         try:
             if isinstance(answer, ConnectorError):
@@ -113,6 +123,7 @@ def choose(
             name = next((s.name for s in summaries if s.id == table_id), table_id)
             chosen.decided.append(TableResult(name, table_id, status, error=str(exc)))
             continue
+        table = table.typed(types.get(table.id, ()))
         chosen.tables.append((table, _filter(job, table, filters.get(table.id, ()))))
     _place(chosen, destinations, renames, job)
     return chosen

@@ -79,6 +79,15 @@ __all__ = ["export", "load", "sync"]
     "else evolve].",
 )
 @click.option(
+    "--type",
+    "types",
+    multiple=True,
+    metavar="TABLE:COLUMN=TYPE",
+    help="Hold a number column as float64 (default), int64, decimal, decimal(P,S) or text, "
+    "e.g. Orders:OrderNo=int64 (repeat for more; over [tables.types]). A table whose name "
+    "holds ':' is given by its id. A changed type retypes the column in every destination.",
+)
+@click.option(
     "--metrics-file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
@@ -98,6 +107,7 @@ def sync(
     verify: bool,
     lookback: str | None,
     contract: str | None,
+    types: tuple[str, ...],
     metrics_file: Path | None,
 ) -> None:
     """Run the job in JOB_FILE: push its spreadsheets, then sync its tables.
@@ -137,6 +147,7 @@ def sync(
                 f'must be a duration like "5m", "90s" or 0, not {lookback!r}',
                 ctx, param=next(p for p in ctx.command.params if p.name == "lookback"),
             ) from None
+    settings = _type_settings(ctx, types)
     as_json = log_format == "json"
     report = _json_event if as_json else _TextReport()
     name = [job_file.stem]  # the job's name once its file is read
@@ -154,6 +165,8 @@ def sync(
             job = replace(job, lookback=seconds)
         if contract is not None:
             job = replace(job, schema=contract)  # type: ignore[arg-type]
+        if settings:
+            job = replace(job, tables=replace(job.tables, types=(*job.tables.types, *settings)))
         if metrics_file is not None:
             job = replace(job, metrics_file=metrics_file.resolve())
         if job.metrics_file is not None and not dry_run:
@@ -177,6 +190,23 @@ def sync(
         ctx, lambda: name[0], body, as_json=as_json, indent=None, dry_run=dry_run,
         text=_sync_text, events=finish, ended=metrics,
     )
+
+
+def _type_settings(ctx: click.Context, types: tuple[str, ...], as_json: bool = False) -> list[Any]:
+    """Each ``--type`` read (`connector.values.TypeSetting.parse`); a usage error naming it."""
+    from connector.values import TypeSetting
+
+    settings = []
+    for option in types:
+        try:
+            settings.append(TypeSetting.parse(option))
+        except ValueError as exc:
+            if as_json:
+                _refuse(f"--type: {exc}", "types", as_json)
+            raise click.BadParameter(
+                str(exc), ctx, param=next(p for p in ctx.command.params if p.name == "types")
+            ) from None
+    return settings
 
 
 def _write_metrics(job: Job, summary: RunSummary, counts: RequestCounts, as_json: bool) -> None:
@@ -285,6 +315,10 @@ def _shared(command: Callable[..., Any]) -> Callable[..., Any]:
                      help="At most N API requests in flight; below it the client adapts to "
                           "how fast the server answers [1 to 64; env "
                           "CONNECTOR_MAX_CONCURRENCY; default 32]."),
+        click.option("--type", "types", multiple=True, metavar="TABLE:COLUMN=TYPE",
+                     help="Hold a number column as float64 (default), int64, decimal, "
+                          "decimal(P,S) or text, e.g. Orders:OrderNo=int64 (repeat for more). "
+                          "A table whose name holds ':' is given by its id."),
         click.option("--json", "as_json", is_flag=True,
                      help="Print the summary as JSON (the shape `connector sync` prints)."),
     ]):
@@ -310,7 +344,7 @@ def _shared(command: Callable[..., Any]) -> Callable[..., Any]:
 def export(ctx: click.Context, out_dir: str, fmt: str, excel_safe: bool,
            tables: tuple[str, ...], excluded: tuple[str, ...],
            renames: tuple[tuple[str, str], ...], page_size: int, base_url: str | None,
-           max_concurrency: int | None, as_json: bool) -> None:
+           max_concurrency: int | None, types: tuple[str, ...], as_json: bool) -> None:
     """Export tables to Parquet, CSV, Delta Lake or Iceberg in a directory or object storage.
 
     One <table name>.parquet (or .csv, or a Delta or Iceberg table) per table, written aside
@@ -329,8 +363,9 @@ def export(ctx: click.Context, out_dir: str, fmt: str, excel_safe: bool,
                                   excel_safe=excel_safe)
     except ConfigError as exc:
         _refuse(str(exc), "out_dir", as_json)
-    _one_shot(ctx, "export", destination, (tables, excluded, renames), page_size, base_url,
-              max_concurrency, as_json)
+    _one_shot(ctx, "export", destination,
+              (tables, excluded, renames, _type_settings(ctx, types, as_json)), page_size,
+              base_url, max_concurrency, as_json)
 
 
 export.help = (export.help or "") + _EXIT_CODES
@@ -353,7 +388,8 @@ export.help = (export.help or "") + _EXIT_CODES
 @click.pass_context
 def load(ctx: click.Context, url: str, mode: str, deletes: str, tables: tuple[str, ...],
          excluded: tuple[str, ...], renames: tuple[tuple[str, str], ...], page_size: int,
-         base_url: str | None, max_concurrency: int | None, as_json: bool) -> None:
+         base_url: str | None, max_concurrency: int | None, types: tuple[str, ...],
+         as_json: bool) -> None:
     """Load tables into a SQL database, one SQL table per table.
 
     Each table is written in one transaction: replace swaps it in, so readers never see it
@@ -369,8 +405,9 @@ def load(ctx: click.Context, url: str, mode: str, deletes: str, tables: tuple[st
                                   base=Path.cwd())
     except ConfigError as exc:
         _refuse(str(exc), "url", as_json)
-    _one_shot(ctx, "load", destination, (tables, excluded, renames), page_size, base_url,
-              max_concurrency, as_json, deletes=deletes if mode == "merge" else "keep")
+    _one_shot(ctx, "load", destination,
+              (tables, excluded, renames, _type_settings(ctx, types, as_json)), page_size,
+              base_url, max_concurrency, as_json, deletes=deletes if mode == "merge" else "keep")
 
 
 load.help = (load.help or "") + _EXIT_CODES
@@ -409,7 +446,7 @@ def _refused_json(command: str, message: str) -> None:
 def _one_shot(ctx: click.Context, command: str, destination: Any, selection: Any,
               page_size: int, base_url: str | None, max_concurrency: int | None,
               as_json: bool, *, deletes: str = "keep") -> None:
-    tables, excluded, renames = selection
+    tables, excluded, renames, types = selection
     verb = "exported" if command == "export" else "loaded"
 
     def body() -> RunSummary:
@@ -417,8 +454,8 @@ def _one_shot(ctx: click.Context, command: str, destination: Any, selection: Any
         from connector.jobs.run import run_job
 
         job = one_shot_job(command, destination, tables=tables, exclude=excluded,
-                           renames=renames, base_url=base_url, page_size=page_size,
-                           max_concurrency=max_concurrency,
+                           renames=renames, types=types, base_url=base_url,
+                           page_size=page_size, max_concurrency=max_concurrency,
                            deletes=deletes)  # type: ignore[arg-type]
         return run_job(job, show_progress=None)
 

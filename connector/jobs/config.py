@@ -49,6 +49,7 @@ from connector.jobs.jobfile import (
 )
 from connector.jobs.pushes import PushSpec, parse_pushes
 from connector.modes import WRITE_MODES, WriteMode
+from connector.values import TypeSetting, value_type
 
 __all__ = [
     "DEFAULT_BASE_URL_ENV",
@@ -160,7 +161,8 @@ class Condition:
 
 @dataclass(frozen=True)
 class TableSelection:
-    """Which tables a job reads (by name or id), and a filter per table."""
+    """Which tables a job reads (by name or id), a filter per table, and the value types
+    set on number columns (``[tables.types.<table>]``, ``--type``; `connector.values`)."""
 
     include: tuple[str, ...] | None = None  # None: every table the key can read
     exclude: tuple[str, ...] = ()
@@ -168,6 +170,8 @@ class TableSelection:
     #: Names asked for in the destinations (``[tables.rename]``, ``--rename``): a table (as
     #: the resolver reads it) and its name (`connector.naming`, rule 5).
     renames: tuple[tuple[str, str], ...] = ()
+    #: Value types asked for number columns (``[tables.types]``, ``--type``).
+    types: tuple[TypeSetting, ...] = ()
 
 
 
@@ -220,11 +224,13 @@ def one_shot_job(
     max_concurrency: int | None = None,
     deletes: DeletePolicy = "keep",
     renames: Sequence[tuple[str, str]] = (),
+    types: Sequence[TypeSetting] = (),
 ) -> Job:
     """The job a command (`export`, `load`) runs: `tables` (default every one, less
-    `exclude`) read in full into `destination`, with the URL and key from the usual environment variables. A
-    merging load applies deletions as `deletes` says (every live id is read); `renames`
-    names tables in the destination (``--rename``)."""
+    `exclude`) read in full into `destination`, with the URL and key from the usual
+    environment variables. A merging load applies deletions as `deletes` says (every live
+    id is read); `renames` names tables in the destination (``--rename``); `types`
+    (``--type``) type number columns."""
     source = Source(
         base_url=base_url.rstrip("/") if base_url else None,
         base_url_env=DEFAULT_BASE_URL_ENV,
@@ -237,7 +243,8 @@ def one_shot_job(
         name=command,
         source=source,
         tables=TableSelection(
-            include=tuple(tables) or None, exclude=tuple(exclude), renames=tuple(renames)
+            include=tuple(tables) or None, exclude=tuple(exclude), renames=tuple(renames),
+            types=tuple(types),
         ),
         destinations=(destination,),
         incremental=False,
@@ -369,6 +376,7 @@ class _Parser(JobFile):
             raise self.error("tables.include", "is empty; leave it out to sync every table")
         filters_data = section.get("filter")
         renames_data = section.get("rename")
+        types = self.types(section.get("types"), include)
         section.done()
         filters: list[tuple[str, tuple[Condition, ...]]] = []
         if filters_data is not None:
@@ -391,8 +399,34 @@ class _Parser(JobFile):
                 renames.append((table, name))
             by_table.done()
         return TableSelection(
-            include=include, exclude=exclude, filters=tuple(filters), renames=tuple(renames)
+            include=include, exclude=exclude, filters=tuple(filters), renames=tuple(renames),
+            types=types,
         )
+
+    def types(self, data: Any, include: tuple[str, ...] | None) -> tuple[TypeSetting, ...]:
+        """``[tables.types.<table>] <column> = "<value type>"``: each checked here, the table
+        and column against the server when the run starts (`connector.jobs.choose`)."""
+        if data is None:
+            return ()
+        out: list[TypeSetting] = []
+        by_table = Section(self, data, "tables.types")
+        for table in list(by_table.data):
+            columns = Section(self, by_table.get(table), key_path("tables", "types", table))
+            if include is not None and table not in include:
+                raise self.error(columns.where, "types a table that tables.include leaves out")
+            for column in list(columns.data):
+                spec = columns.get(column)
+                at = key_path("tables", "types", table, column)
+                if not isinstance(spec, str):
+                    raise self.error(at, f'must be a value type like "int64", got {kind(spec)}')
+                try:
+                    value_type(spec)
+                except ValueError as exc:
+                    raise self.error(at, str(exc)) from None
+                out.append(TypeSetting(table, column, spec, f"{self.file}: {at}"))
+            if not columns.data:
+                raise self.error(columns.where, "is empty")
+        return tuple(out)
 
     def conditions(self, data: Any, where: str) -> tuple[Condition, ...]:
         section = Section(self, data, where)

@@ -25,6 +25,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -184,7 +185,10 @@ class TableSync:
         """The table's column changes since the last run (the state's columns), or, without
         those, since the destinations' tables were written (a replace rewrites them anyway)."""
         if previous is not None and previous.columns is not None:
-            before = tuple(Column.from_api(c) for c in previous.columns)
+            before = tuple(
+                replace(Column.from_api(c), value_type=c.get("value_type") or "")
+                for c in previous.columns
+            )
             return diff(before, self.table.columns)
         held = [
             s for s, d in zip(stored, self.destinations, strict=True)
@@ -456,7 +460,8 @@ class TableSync:
             return
         columns = tuple(
             {"id": c.id, "name": c.name, "type": c.type, "required": c.required,
-             "options": list(c.options) if c.options is not None else None}
+             "options": list(c.options) if c.options is not None else None,
+             **({"value_type": c.value_type} if c.value_type else {})}
             for c in self.table.columns
         )
         self.context.save(
@@ -497,8 +502,10 @@ class TableSync:
 
 
 def fingerprint(table: Table, filter: Mapping[str, Any]) -> str:
-    """Changes when the columns or the job's filter change: then a full re-read is due."""
-    columns = [(c.name, c.type, c.options) for c in table.columns]
+    """Changes when the columns (a value type set on one too) or the job's filter change:
+    then a full re-read is due."""
+    columns = [(c.name, c.type, c.options, *([c.value_type] if c.value_type else []))
+               for c in table.columns]
     raw = json.dumps([table.name, columns, filter], sort_keys=True, default=str)
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 

@@ -1,16 +1,26 @@
 """Turn spreadsheet cells into a column's values the way a spreadsheet user means them.
 
 Each column type has one *canonical* pandas form, used for both the source and the live table,
-so the diff compares like with like (``1`` and ``1.0`` are the same number; an empty cell and a
-null are the same nothing): text, choice and date → ``string`` (dates as ``YYYY-MM-DD``),
-number → ``Float64``, checkbox → ``boolean``. Every value a rule changed is counted by rule name,
-so a plan can say what it did to the data; a cell no rule accepts becomes an error message.
+so the diff compares like with like: text, choice and date → ``string`` (dates as
+``YYYY-MM-DD``), checkbox → ``boolean``, number → ``string`` holding the number's *exact key*
+(`number_keys`): an integer's digits (``9007199254740993``; a whole double the integer it is
+exactly, so ``1``, ``1.0`` and ``1e0`` are one number), any other double its shortest text
+(``0.1``). Two numbers are equal exactly when their keys are, and a key is sent as the JSON
+number it names (`wire_values`): an integer as an integer, whatever its size in int64.
+Every value a rule changed is counted by rule name, so a plan can say what it did to the
+data; a cell no rule accepts becomes an error message.
 
 Text is text: only an empty cell is empty. ``None``, ``NA`` or ``null`` in a text or choice cell
 is that text (a person named Null, a product code NA); a text cell of spaces is spaces. In a
 number, checkbox or date column, a cell of spaces is empty too (it cannot be a value). Other
 markers of "no value" are the user's to name (``--null-values``); the source reader applies
 them (`connector.push.source`), so no word is special here.
+
+``""`` in a source that types its cells (Parquet, a query, a DataFrame column of dtype
+``string``) is the empty string, sent as ``""``. A CSV or a spreadsheet cannot tell an empty
+string from a missing value: there an empty cell is no value (null), and a null in the source
+matches a table's ``""`` as well as its null (`same_values`), so a table's own export pushes
+back with no write.
 
 The work is vectorised over each kind of cell (strings, numbers, dates, booleans) in a column;
 only cells of an unusual kind for their column (a number in a text column, say) go one by one.
@@ -28,6 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from connector.schema import CHECKBOX_FALSE, CHECKBOX_TRUE, Column
 
@@ -36,6 +47,8 @@ __all__ = [
     "canonical_dtype",
     "check_date_format",
     "coerce_column",
+    "json_keys",
+    "number_keys",
     "same_values",
     "wire_values",
 ]
@@ -46,10 +59,13 @@ TEXT_KINDS = frozenset({"text", "choice"})
 EXCEL_EPOCH = dt.date(1899, 12, 30)
 #: Serial of 9999-12-31, the last date Excel knows.
 EXCEL_MAX_SERIAL = 2_958_465
-#: Numbers beyond this are sent as floats: JSON readers may not hold larger integers exactly.
+#: Integers a double holds whatever their last bits (|n| < 2**53).
 _MAX_EXACT_INT = 2**53
-#: Numbers compare equal within this relative tolerance, so re-parsing never makes an update.
-_NUMBER_RTOL = 1e-12
+#: An integer's text (a whole number with an optional zero fraction: ``12``, ``12.000``).
+_INTEGER = r"[+-]?\d+(?:\.0*)?"
+#: Significant digits a double's text needs at most (``%.17g``): a text of more names a
+#: decimal no double holds, unless it is the double's exact expansion or shortest text.
+_DOUBLE_DIGITS = 17
 
 _ISO_DATE = r"\d{4}-\d{2}-\d{2}"
 _ISO_MIDNIGHT = _ISO_DATE + r"[T ]00:00(?::00(?:\.0+)?)?(?:Z|[+-]00:?00)?"
@@ -60,7 +76,7 @@ _CANONICAL: dict[str, str] = {
     "text": "string",
     "choice": "string",
     "date": "string",
-    "number": "Float64",
+    "number": "string",  # the number's exact key: `number_keys`
     "checkbox": "boolean",
 }
 
@@ -125,10 +141,10 @@ def _typed(cells: pd.Series, column: Column, date_format: str | None) -> Coerced
         iso = pa.array(cells.array).cast(pa.string())  # YYYY-MM-DD, years before 1000 too
         text = pd.Series(iso.to_pandas(types_mapper=lambda _: pd.StringDtype("pyarrow")))
         return Coerced(text.set_axis(cells.index), {}, +counts)
-    if kind == "number" and pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype):
-        values = cells.astype("Float64")
-        bad = values.notna().to_numpy(dtype=bool) & ~np.isfinite(values.to_numpy(dtype=float, na_value=0.0))
-        return Coerced(values.mask(bad), dict.fromkeys(np.flatnonzero(bad).tolist(), _NOT[kind]), +counts)
+    if kind == "number" and _is_number_dtype(dtype):
+        keys, failed, notes = number_keys(cells)
+        errors = {int(i): notes.get(int(i), _NOT[kind]) for i in np.flatnonzero(failed & ~nulls)}
+        return Coerced(keys.set_axis(cells.index), errors, +counts)
     if kind == "checkbox" and pd.api.types.is_bool_dtype(dtype):
         return Coerced(cells.astype("boolean"), {}, +counts)
     return None
@@ -138,15 +154,15 @@ def _texts(
     cells: pd.Series, column: Column, nulls: np.ndarray[Any, Any], counts: Counter[str],
     date_format: str | None,
 ) -> Coerced:
-    """`_typed` for text cells: the string rules of the column's type, all at once."""
+    """`_typed` for text cells: the string rules of the column's type, all at once. Typed
+    text is exact: ``""`` in a text or choice column is the empty string."""
     texts = cells.astype("string")
-    trimmed = texts if column.kind.name in TEXT_KINDS else texts.str.strip()
-    blank = trimmed.eq("").fillna(False).to_numpy(dtype=bool)
+    if column.kind.name in TEXT_KINDS:  # text is text: nothing to convert, nothing can fail
+        return Coerced(texts, {}, +counts)
+    blank = texts.str.strip().eq("").fillna(False).to_numpy(dtype=bool)
     counts["empty → null"] += int(blank.sum())
     if blank.any():
         texts = texts.mask(blank)
-    if column.kind.name in TEXT_KINDS:  # text is text: nothing to convert, nothing can fail
-        return Coerced(texts, {}, +counts)
     out = pd.Series(pd.NA, index=cells.index, dtype=canonical_dtype(column))
     ctx = _Ctx(column.kind.name, cells, np.array([]), nulls | blank, out, {}, counts, date_format)
     ctx.strings(~(nulls | blank), texts)
@@ -167,35 +183,172 @@ def check_date_format(date_format: str) -> str | None:
     return None
 
 
-def same_values(a: pd.Series, b: pd.Series, column: Column) -> np.ndarray[Any, np.dtype[np.bool_]]:
-    """Element-wise equality by column type: null equals null, numbers within float noise."""
-    a_na = a.isna().to_numpy(dtype=bool)
-    b_na = b.isna().to_numpy(dtype=bool)
+def same_values(new: pd.Series, old: pd.Series, column: Column) -> np.ndarray[Any, np.dtype[np.bool_]]:
+    """Element-wise equality of a source's canonical cells (`new`) with a table's (`old`):
+    exact (numbers by their keys), null equal to null. A null in the source of a text or
+    choice column also matches ``""``: a CSV or spreadsheet cannot tell them apart."""
+    a_na = new.isna().to_numpy(dtype=bool)
+    b_na = old.isna().to_numpy(dtype=bool)
     equal: np.ndarray[Any, np.dtype[np.bool_]] = a_na & b_na
-    if column.kind.name == "number":
-        x = a.to_numpy(dtype=float, na_value=np.nan)
-        y = b.to_numpy(dtype=float, na_value=np.nan)
-        same = np.isclose(x, y, rtol=_NUMBER_RTOL, atol=0.0)
-    else:
-        same = (a == b).fillna(False).to_numpy(dtype=bool)
+    same = (new == old).fillna(False).to_numpy(dtype=bool)
     result: np.ndarray[Any, np.dtype[np.bool_]] = equal | (~a_na & ~b_na & same)
+    if column.kind.name in TEXT_KINDS:
+        result |= a_na & old.eq("").fillna(False).to_numpy(dtype=bool)
     return result
 
 
 def wire_values(values: pd.Series, column: Column) -> list[Any]:
-    """Canonical values as JSON cells (None for null; whole numbers as integers)."""
+    """Canonical values as JSON cells (None for null; a number key as the number it names)."""
     raw = values.astype(object).where(values.notna(), None).tolist()
     if column.kind.name != "number":
         return raw
-    return [_wire_number(v) for v in raw]
+    return [None if v is None else _wire_number(v) for v in raw]
 
 
-def _wire_number(value: float | None) -> float | int | None:
-    if value is None:
-        return None
-    if float(value).is_integer() and abs(value) < _MAX_EXACT_INT:
-        return int(value)
-    return float(value)
+def _wire_number(key: str) -> int | float:
+    """A number key (`number_keys`) as JSON: an integer in int64 as an integer (exact at any
+    size), anything else a double (which holds it exactly: keys are made so)."""
+    if key.lstrip("-").isdigit():
+        number = int(key)
+        if _INT64_MIN <= number <= _INT64_MAX:
+            return number
+    return float(key)
+
+
+# --- numbers: exact keys -----------------------------------------------------------------
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_NOT_EXACT = ("has more digits than a number cell holds (a double: 17 significant digits); "
+              "round it, or keep it in a text column")
+_TOO_BIG = "an integer outside the 64-bit range, which a number cell does not hold exactly"
+
+
+def number_keys(cells: pd.Series) -> tuple[pd.Series, np.ndarray[Any, Any], dict[int, str]]:
+    """Each number cell's exact key (see the module docstring), from numbers of any dtype
+    (integers, doubles, Arrow decimals) or from their text; with which cells failed (not a
+    number, or one the API's number cells cannot hold exactly) and why, by position.
+    Nulls stay null (and are not failures)."""
+    dtype = cells.dtype
+    nulls = cells.isna().to_numpy(dtype=bool)
+    if _is_number_dtype(dtype) and not _is_decimal_dtype(dtype):
+        if pd.api.types.is_float_dtype(dtype):
+            floats = cells.to_numpy(dtype=float, na_value=np.nan)
+            finite = np.isfinite(floats)
+            keys = np.full(len(cells), None, dtype=object)
+            keys[finite] = _float_keys(floats[finite])
+            failed = ~finite & ~nulls
+            return pd.Series(keys, dtype="string"), failed, {}
+        ints = pd.Series(pa.array(cells.array).cast(pa.string()).to_pandas(), dtype="string")
+        return _integer_keys(ints, nulls)
+    texts = cells.astype("string").reset_index(drop=True)
+    if _is_decimal_dtype(dtype):
+        texts = pd.Series(pa.array(cells.array).cast(pa.string()).to_pandas(), dtype="string")
+    return _text_keys(texts.str.strip())
+
+
+def json_keys(texts: pa.Array | pa.ChunkedArray) -> pd.Series:
+    """Number keys of JSON number texts as orjson writes them (what a live table is read as:
+    the ``text`` value type): an integer's text is its key already, a double is read back
+    (exactly: the text is its shortest) and keyed. Several times faster than `number_keys`,
+    which must also read what people write."""
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks() if texts.num_chunks else pa.array([], pa.string())
+    double = pc.fill_null(pc.or_(pc.match_substring(texts, "."), pc.match_substring(texts, "e")),
+                          False)
+    keys = np.array(texts.to_pylist(), dtype=object)
+    where = np.flatnonzero(double.to_numpy(zero_copy_only=False))
+    if len(where):
+        floats = texts.take(pa.array(where)).cast(pa.float64()).to_numpy(zero_copy_only=False)
+        keys[where] = _float_keys(floats)
+    return pd.Series(keys, dtype="string")
+
+
+def _float_keys(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Finite doubles' keys: a whole one's integer digits, another its shortest text."""
+    keys: np.ndarray[Any, Any] = np.array(
+        pa.array(values, pa.float64()).cast(pa.string()).to_pylist(), dtype=object
+    )
+    whole = np.floor(values) == values
+    small = whole & (np.abs(values) < 2.0**63)
+    keys[small] = values[small].astype(np.int64).astype(str)
+    for i in np.flatnonzero(whole & ~small).tolist():
+        keys[i] = str(int(values[i]))
+    return keys
+
+
+def _integer_keys(
+    digits: pd.Series, nulls: np.ndarray[Any, Any]
+) -> tuple[pd.Series, np.ndarray[Any, Any], dict[int, str]]:
+    """Integers' keys from their digits (``+12``, ``007``, ``12.000`` included): within int64
+    as they are; beyond it only those a double holds exactly (the API keeps those as doubles)."""
+    body = digits.reset_index(drop=True).str.replace(r"\.0*$", "", regex=True).str.lstrip("+")
+    bare = body.str.lstrip("-").str.lstrip("0").replace("", "0")
+    negative = body.str.startswith("-").fillna(False).to_numpy(dtype=bool)
+    negative &= (bare != "0").fillna(False).to_numpy(dtype=bool)  # -0 is 0
+    keys = bare.mask(negative, "-" + bare)
+    failed = np.zeros(len(digits), dtype=bool)
+    notes: dict[int, str] = {}
+    long = (bare.str.len() >= 19).fillna(False).to_numpy(dtype=bool)
+    for i in np.flatnonzero(long).tolist():
+        number = int(str(keys.iat[i]))
+        if not _INT64_MIN <= number <= _INT64_MAX and int(float(number)) != number:
+            failed[i] = True
+            notes[i] = _TOO_BIG
+    if failed.any():
+        keys = keys.mask(failed)
+    return keys.mask(nulls).reset_index(drop=True), failed, notes
+
+
+def _text_keys(texts: pd.Series) -> tuple[pd.Series, np.ndarray[Any, Any], dict[int, str]]:
+    """Number keys from text (stripped): integers exactly (`_integer_keys`), other numbers
+    through the double they name; one with more digits than a double keeps fails."""
+    nulls = texts.isna().to_numpy(dtype=bool)
+    integer = texts.str.fullmatch(_INTEGER).fillna(False).to_numpy(dtype=bool)
+    keys = pd.Series(pd.NA, index=texts.index, dtype="string")
+    failed = ~nulls & ~integer
+    rest = np.flatnonzero(failed)  # not integers: tried as doubles below
+    notes: dict[int, str] = {}
+    if integer.any():
+        ints, bad, why = _integer_keys(texts[integer], np.zeros(int(integer.sum()), dtype=bool))
+        where = np.flatnonzero(integer)
+        keys.iloc[where] = ints.to_numpy()
+        failed[where[bad]] = True
+        notes.update({int(where[i]): note for i, note in why.items()})
+    if len(rest):
+        floats = pd.to_numeric(texts.iloc[rest].astype(object), errors="coerce").to_numpy(
+            dtype=float, na_value=np.nan)
+        ok = np.isfinite(floats)
+        keys.iloc[rest[ok]] = _float_keys(floats[ok])
+        failed[rest[ok]] = False
+        read = pa.array(texts.iloc[rest[ok]].tolist(), pa.string())
+        mantissa = pc.utf8_ltrim(pc.replace_substring_regex(read, r"[eE].*$|[^0-9]", ""), "0")
+        long = pc.utf8_length(mantissa).to_numpy(zero_copy_only=False) > _DOUBLE_DIGITS
+        for i, text, number in zip(rest[ok][long], texts.iloc[rest[ok][long]],
+                                   floats[ok][long], strict=True):
+            if not _names_double(text, float(number)):
+                failed[i] = True
+                notes[int(i)] = _NOT_EXACT
+                keys.iat[int(i)] = pd.NA
+    return keys.reset_index(drop=True), failed, notes
+
+
+def _names_double(text: str, number: float) -> bool:
+    """Whether the decimal `text` is exactly the double `number`, or its shortest text."""
+    from decimal import Decimal
+
+    exact = Decimal(text)
+    return exact == Decimal(number) or exact == Decimal(repr(number))
+
+
+def _is_number_dtype(dtype: Any) -> bool:
+    return bool(
+        (pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype))
+        or _is_decimal_dtype(dtype)
+    )
+
+
+def _is_decimal_dtype(dtype: Any) -> bool:
+    return isinstance(dtype, pd.ArrowDtype) and pa.types.is_decimal(dtype.pyarrow_dtype)
 
 
 # --- cell kinds --------------------------------------------------------------------------
@@ -240,6 +393,8 @@ class _Ctx:
         notes: dict[int, str] = {}
         if self.type == "date":
             values, failed, counts = _date_strings(texts, self.date_format, notes)
+        elif self.type == "number":
+            values, failed, counts = _number_strings(texts, notes)
         else:
             values, failed, counts = _STRING_RULES[self.type](texts)
         ok = ~failed
@@ -281,11 +436,13 @@ class _Ctx:
         if self.type == "checkbox":
             self.out.iloc[positions] = raw.astype(bool)  # type: ignore[call-overload]
             return
-        numbers_ = pd.to_numeric(pd.Series(raw), errors="coerce").to_numpy(dtype=float)
-        finite = np.isfinite(numbers_)
-        self.out.iloc[positions[finite]] = numbers_[finite]  # type: ignore[call-overload]
-        for pos in positions[~finite]:
-            self.errors[int(pos)] = _NOT[self.type]
+        # each number as the text that names it exactly: an int's digits, a double's
+        # integer or shortest text, a Decimal's digits (`number_keys` takes it from there)
+        texts = pd.Series([_number_text(v) for v in raw], dtype="string")
+        keys, failed, notes = _text_keys(texts)
+        self.out.iloc[positions[~failed]] = keys[~failed].to_numpy()  # type: ignore[call-overload]
+        for i in np.flatnonzero(failed).tolist():
+            self.errors[int(positions[i])] = notes.get(i, _NOT[self.type])
 
 
 # --- rules for text cells (vectorised) ---------------------------------------------------
@@ -308,24 +465,22 @@ def _text_strings(texts: pd.Series) -> tuple[pd.Series, np.ndarray[Any, Any], Co
     return texts, np.zeros(len(texts), dtype=bool), Counter()
 
 
-def _number_strings(texts: pd.Series) -> tuple[pd.Series, np.ndarray[Any, Any], Counter[str]]:
+def _number_strings(
+    texts: pd.Series, notes: dict[int, str] | None = None
+) -> tuple[pd.Series, np.ndarray[Any, Any], Counter[str]]:
+    """Numbers written as text, to their exact keys; ``1,234.5`` too (thousands separators).
+    Why a number failed, when it is one the API cannot hold exactly, goes in `notes`."""
     stripped = texts.str.strip()
-    parsed = pd.to_numeric(stripped.astype(object), errors="coerce").astype("Float64")
     counts: Counter[str] = Counter()
-    missing = parsed.isna().to_numpy()
-    if missing.any():
-        grouped = stripped[missing]
-        thousands = grouped.str.fullmatch(_THOUSANDS).fillna(False).to_numpy(dtype=bool)
-        if thousands.any():
-            where = np.flatnonzero(missing)[thousands]
-            parsed.iloc[where] = pd.to_numeric(  # type: ignore[call-overload]
-                grouped[thousands].str.replace(",", "", regex=False).astype(object)
-            ).to_numpy()
-            counts["number with thousands separators"] = int(thousands.sum())
-    values = parsed.to_numpy(dtype=float, na_value=np.nan)
-    failed = ~np.isfinite(values)
+    thousands = stripped.str.fullmatch(_THOUSANDS).fillna(False).to_numpy(dtype=bool)
+    if thousands.any():
+        stripped = stripped.mask(thousands, stripped.str.replace(",", "", regex=False))
+        counts["number with thousands separators"] = int(thousands.sum())
+    keys, failed, why = _text_keys(stripped)
+    if notes is not None:
+        notes.update(why)
     counts["number from text"] = int((~failed).sum()) - counts["number with thousands separators"]
-    return parsed, failed, counts
+    return keys, failed, counts
 
 
 def _checkbox_strings(texts: pd.Series) -> tuple[pd.Series, np.ndarray[Any, Any], Counter[str]]:
@@ -358,7 +513,7 @@ def _date_strings(
     dated = iso | midnight
     if dated.any():
         day = stripped[dated].str.slice(0, 10)
-        valid = pd.to_datetime(day, format="%Y-%m-%d", errors="coerce").notna().to_numpy()
+        valid = _real_dates(day)
         where = np.flatnonzero(dated)[valid]
         values.iloc[where] = day[valid].to_numpy()
         counts["date from ISO text"] = int(valid[iso[dated]].sum())
@@ -373,6 +528,25 @@ def _date_strings(
     if rest.any():
         _spreadsheet_dates(stripped, values, rest, counts, date_format, notes)
     return values, values.isna().to_numpy(), counts
+
+
+def _real_dates(days: pd.Series) -> np.ndarray[Any, Any]:
+    """Which ``YYYY-MM-DD`` texts are real calendar dates, years 1 to 9999 (as the API's
+    dates: pandas' own timestamps end at 1677 and 2262)."""
+    texts = days.astype(object).tolist()
+    try:
+        pa.array(texts, pa.string()).cast(pa.date32())
+        return np.ones(len(texts), dtype=bool)
+    except pa.ArrowInvalid:  # shaped like a date but not one (2024-02-31): each on its own
+        return np.array([_is_date(t) for t in texts], dtype=bool)
+
+
+def _is_date(text: str) -> bool:
+    try:
+        dt.date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
 
 
 #: English month names and abbreviations (``Sept`` too), lower case, to month numbers.
@@ -490,7 +664,21 @@ _STRING_RULES: dict[str, _StringRule] = {
 # --- rules for native cells (one by one: spreadsheets rarely mix kinds in a column) -------
 
 
+def _number_text(value: Any) -> str | None:
+    """A native number cell as text naming it exactly (None for NaN or infinity)."""
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if not isinstance(value, float | np.floating):
+        return str(value)  # a Decimal's own digits (a Fraction's or a complex's: refused)
+    number = float(value)
+    if not np.isfinite(number):
+        return None
+    return str(int(number)) if number.is_integer() else repr(number)
+
+
 def _text_from_number(value: Any) -> tuple[str, str]:
+    if isinstance(value, numbers.Integral):
+        return str(int(value)), "text from number"
     number = float(value)
     if number.is_integer() and abs(number) < _MAX_EXACT_INT:
         return str(int(number)), "text from number"
@@ -510,11 +698,15 @@ def _checkbox_from_number(value: Any) -> tuple[bool, str] | None:
 
 
 def _date_from_date(value: Any) -> tuple[str, str | None] | None:
-    stamp = pd.Timestamp(value)
+    if type(value) is dt.date:  # any year the API takes (pandas' timestamps end at 1677, 2262)
+        return value.isoformat(), None
+    if isinstance(value, dt.datetime):
+        return (value.date().isoformat(), "date from date-time at midnight") if (
+            value.time() == dt.time()) else None
+    stamp = pd.Timestamp(value)  # a numpy datetime64
     if stamp != stamp.normalize():
         return None
-    counted = None if type(value) is dt.date else "date from date-time at midnight"
-    return stamp.date().isoformat(), counted  # 0999-01-01: strftime would drop the zero
+    return stamp.date().isoformat(), "date from date-time at midnight"
 
 
 def _date_from_serial(value: Any) -> tuple[str, str] | None:

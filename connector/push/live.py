@@ -20,8 +20,9 @@ import pyarrow as pa
 
 from connector.api import MAX_PAGE_SIZE, AsyncClient, Client
 from connector.extract import Extraction
-from connector.push.coerce import canonical_dtype
+from connector.push.coerce import canonical_dtype, json_keys
 from connector.schema import Table
+from connector.values import TypeSetting
 
 __all__ = ["Live", "read_live", "read_live_async", "stamps_of"]
 
@@ -52,7 +53,11 @@ class Live:
         }
         for col in table.columns:
             if columns is None or col.name in columns:
-                frame[col.name] = _canonical(data.column(col.name), canonical_dtype(col))
+                values = data.column(col.name)
+                frame[col.name] = (
+                    json_keys(values) if col.kind.name == "number"
+                    else _canonical(values, canonical_dtype(col))
+                )
         return cls(table, pd.DataFrame(frame, index=pd.RangeIndex(data.num_rows)))
 
 
@@ -68,7 +73,9 @@ async def read_live_async(
     """`read_live` from async code: the same read, awaited on the running loop. Keeps the
     id, ``updated_at`` and `columns` (default: all) of every row, or (`keep` false) none;
     `each` sees every chunk of rows (`CHUNK_ROWS`, in order) with all their columns."""
-    extraction = Extraction(client, table, page_size=MAX_PAGE_SIZE, concurrency=READ_CONCURRENCY)
+    extraction = Extraction(
+        client, exact(table), page_size=MAX_PAGE_SIZE, concurrency=READ_CONCURRENCY
+    )
     kept: list[dict[str, pd.Series]] = []
     pending: list[pa.RecordBatch] = []
     held = 0
@@ -100,6 +107,15 @@ async def read_live_async(
     return Live(table, pd.DataFrame(whole, copy=False))
 
 
+def exact(table: Table) -> Table:
+    """`table` with its number columns read as their JSON text: whatever a cell holds (an
+    integer past 2**53 included), the diff compares it exactly (`coerce.number_keys`)."""
+    return table.typed(
+        TypeSetting(table.id, c.name, "text", "the push's read")
+        for c in table.columns if c.kind.name == "number"
+    )
+
+
 def stamps_of(updated_at: pd.Series) -> list[str | None]:
     """``updated_at`` cells as the text a plan keeps (None where the server sent none)."""
     if isinstance(updated_at.dtype, pd.ArrowDtype):
@@ -113,13 +129,10 @@ def _arrow(values: pa.ChunkedArray) -> pd.Series:
 
 
 def _canonical(values: pa.ChunkedArray, dtype: str) -> pd.Series:
-    """An Arrow column as `dtype`: choices and dates as text, numbers, booleans. An empty
-    string is an empty cell, as in a source (`coerce`): a server may send either for one."""
+    """An Arrow column as `dtype`: choices and dates as text, booleans. ``""`` is the text
+    the table holds, not an empty cell (`coerce.same_values` lets a source's empty cell
+    match it)."""
     if dtype == "string" and not pa.types.is_string(values.type):
         values = values.cast(pa.string())  # dictionary (choice), date32, timestamps
     target = pd.api.types.pandas_dtype(dtype)
-    series = pd.Series(values.to_pandas(types_mapper=lambda _: target))
-    if dtype == "string":
-        empty = series.eq("").fillna(False).to_numpy(dtype=bool)
-        return series.mask(empty) if empty.any() else series
-    return series
+    return pd.Series(values.to_pandas(types_mapper=lambda _: target))

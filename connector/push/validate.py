@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from connector.errors import ConfigError, ValidationReport
-from connector.push.coerce import coerce_column
+from connector.push.coerce import coerce_column, wire_values
 from connector.push.source import Source
 from connector.schema import Column, Table
 
@@ -166,7 +166,7 @@ def validate(
             source, frame[name], table.column(name), key, coercions, cells, date_format
         )
     if all(k in out for k in key.columns) and len(frame):
-        cells.extend(_key_problems(source, out, key, {pos for pos, _ in cells}))
+        cells.extend(_key_problems(source, out, key, {pos for pos, _ in cells}, table))
 
     cells.sort(key=lambda item: item[0])
     problems.extend(p for _, p in cells)
@@ -285,7 +285,9 @@ def _column(
             message = f"not one of the options: {options}"
             problems.append((pos, _cell(source, pos, col.name, cells.iat[pos], message)))
     if col.required and col.name not in key.columns:
-        empty = values.isna().to_numpy()
+        empty = values.isna().to_numpy(dtype=bool, copy=True)
+        if col.kind.name in ("text", "choice"):  # "" is text, but the API's required wants more
+            empty |= values.eq("").fillna(False).to_numpy(dtype=bool)
         for pos in np.flatnonzero(empty).tolist():
             if pos not in coerced.errors:
                 problems.append((pos, _cell(source, pos, col.name, None, "a value is required")))
@@ -293,7 +295,7 @@ def _column(
 
 
 def _key_problems(
-    source: Source, values: dict[str, pd.Series], key: Key, already: set[int]
+    source: Source, values: dict[str, pd.Series], key: Key, already: set[int], table: Table
 ) -> list[tuple[int, Problem]]:
     """Empty keys, and keys that appear on more than one row (each row names the others)."""
     label = "id" if key.by_id else ", ".join(key.columns)
@@ -305,7 +307,10 @@ def _key_problems(
             found.append((int(pos), _cell(source, int(pos), label, None, "the key is empty")))
     dupes = duplicated(keys) & ~empty
     if dupes.any():
-        plain = keys.astype(object)  # Python scalars, for messages
+        plain = pd.DataFrame({  # JSON cells (a number as a number), for messages
+            k: wire_values(keys[k], table.column(k)) if not key.by_id else keys[k].astype(object)
+            for k in key.columns
+        }, dtype=object)
         positions = np.flatnonzero(dupes)
         groups = keys.iloc[positions].groupby(list(key.columns), sort=False, dropna=False).indices
         for members in groups.values():

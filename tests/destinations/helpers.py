@@ -95,8 +95,8 @@ def apply(
 # --- independent readers -------------------------------------------------------------------
 
 #: What the storage reports for a column, in these words.
-TEXT, CHOICE, NUMBER, CHECKBOX, DATE, TIMESTAMP = (
-    "text", "choice", "number", "checkbox", "date", "timestamp")
+TEXT, CHOICE, NUMBER, CHECKBOX, DATE, TIMESTAMP, INT64 = (
+    "text", "choice", "number", "checkbox", "date", "timestamp", "int64")
 
 
 def _utc(value: Any) -> Any:
@@ -110,6 +110,10 @@ def arrow_kind(type_: pa.DataType) -> str:
         return CHOICE
     if pa.types.is_floating(type_):
         return NUMBER
+    if pa.types.is_integer(type_):
+        return INT64
+    if pa.types.is_decimal(type_):
+        return f"decimal({type_.precision},{type_.scale})"
     if pa.types.is_boolean(type_):
         return CHECKBOX
     if pa.types.is_date(type_):
@@ -128,15 +132,20 @@ def _sql_kind(type_: sa.types.TypeEngine[Any]) -> str:
         return DATE
     if isinstance(type_, sa.Boolean):
         return CHECKBOX
-    if isinstance(type_, sa.Float | sa.Numeric):
+    if isinstance(type_, sa.Float):
         return NUMBER
+    if isinstance(type_, sa.Numeric):
+        return f"decimal({type_.precision},{type_.scale})"
+    if isinstance(type_, sa.Integer):
+        return INT64
     if isinstance(type_, sa.String):
         return TEXT
     return str(type_)
 
 
 _DUCK_KINDS = {"VARCHAR": TEXT, "DOUBLE": NUMBER, "BOOLEAN": CHECKBOX, "DATE": DATE,
-               "TIMESTAMP WITH TIME ZONE": TIMESTAMP}
+               "TIMESTAMP WITH TIME ZONE": TIMESTAMP, "BIGINT": INT64,
+               "DECIMAL(38,9)": "decimal(38,9)", "DECIMAL(10,2)": "decimal(10,2)"}
 
 
 @dataclass(frozen=True)

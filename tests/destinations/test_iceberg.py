@@ -43,6 +43,10 @@ NAMESPACE = "tabledata"
 def _kind(type_: pa.DataType) -> str:
     if pa.types.is_floating(type_):
         return "number"
+    if pa.types.is_integer(type_):
+        return "int64"
+    if pa.types.is_decimal(type_):
+        return f"decimal({type_.precision},{type_.scale})"
     if pa.types.is_boolean(type_):
         return "checkbox"
     if pa.types.is_date(type_):

@@ -57,13 +57,11 @@ def run(server: RunningServer, *args: str) -> Result:
 
 def on_server(server: RunningServer, table_id: str) -> dict[str, dict[str, Any]]:
     """Every row as the API serves it, by id: its update time and each cell, typed (an
-    empty text is an empty cell)."""
-    def cell(kind: str, value: Any) -> Any:
-        return None if value == "" else expected_cell(kind, value)
-
+    empty text is the empty string)."""
     return {
         r["id"]: {"_updated_at": datetime.fromisoformat(r["updated_at"]),
-                  **{name: cell(kind, r["fields"].get(name)) for name, kind in KINDS.items()}}
+                  **{name: expected_cell(kind, r["fields"].get(name))
+                     for name, kind in KINDS.items()}}
         for r in api_rows(server, table_id)
     }
 
