@@ -85,14 +85,20 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 
 @pytest.fixture(scope="module")
 def pg(postgres_server: PostgresServer) -> Iterator[str]:
-    """One PostgreSQL database for every example (each table has a name of its own)."""
+    """One PostgreSQL database for every example (each table has a name of its own), owned
+    by a role that is no superuser: a push reads from it, and `push --db` refuses a role
+    that can write files on the server."""
     import psycopg
+    from sqlalchemy.engine import make_url
 
     with psycopg.connect(postgres_server.dsn(), autocommit=True) as conn:
-        conn.execute('CREATE DATABASE "exact_values"')
-    yield postgres_server.url("exact_values")
+        conn.execute('CREATE ROLE "exact_user" LOGIN')
+        conn.execute('CREATE DATABASE "exact_values" OWNER "exact_user"')
+    url = make_url(postgres_server.url("exact_values")).set(username="exact_user")
+    yield url.render_as_string(hide_password=False)
     with psycopg.connect(postgres_server.dsn(), autocommit=True) as conn:
         conn.execute('DROP DATABASE IF EXISTS "exact_values" WITH (FORCE)')
+        conn.execute('DROP ROLE "exact_user"')
 
 
 _names = itertools.count()

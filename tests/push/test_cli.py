@@ -225,7 +225,8 @@ SUMMARY_KEYS = {
 }
 TOTALS_KEYS = {
     "tables", "ok", "unchanged", "planned", "skipped", "frozen", "failed", "rows_read",
-    "rows_written", "rows_deleted", "window_rows", "late_rows", "pushes", "push_created",
+    "rows_written", "rows_deleted", "window_rows", "late_rows", "ahead_rows", "pushes",
+    "push_created",
     "push_updated", "push_deleted", "push_unchanged", "push_rejected",
 }
 PUSH_KEYS = {

@@ -92,7 +92,7 @@ def export(server: RunningServer, table_id: str, out: Path, fmt: str) -> Path:
         env={"CONNECTOR_API_KEY": server.api_key},
     )
     assert result.exit_code == 0, result.output
-    (path,) = out.iterdir()
+    (path,) = (p for p in out.iterdir() if p.name != "_connector_tables.json")
     return path
 
 
@@ -242,7 +242,7 @@ def test_an_excel_safe_export_pushes_back_with_excel_safe(server: RunningServer,
     out = tmp_path / "out"
     assert cli(server, "export", "--out", str(out), "--table", table_id, "--format", "csv",
                "--excel-safe").exit_code == 0
-    (path,) = out.iterdir()
+    (path,) = (p for p in out.iterdir() if p.name != "_connector_tables.json")
     text = path.read_text(encoding="utf-8")
     assert "\"'=SUM(A1)\"" in text and "\"''quoted\"" in text
 

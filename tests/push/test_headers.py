@@ -75,7 +75,7 @@ def export(server: RunningServer, table_id: str, out: Path, *options: str) -> Pa
     """`connector export` of one table; the file it wrote."""
     result = cli(server, "export", "--out", str(out), "--table", table_id, *options)
     assert result.exit_code == 0, result.output
-    (path,) = out.iterdir()
+    (path,) = (p for p in out.iterdir() if p.name != "_connector_tables.json")
     return path
 
 
