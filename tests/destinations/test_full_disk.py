@@ -33,9 +33,7 @@ from tests.destinations.outcomes import (
 )
 from tests.fixtures.server import RunningServer
 
-#: Bytes left free when the disk is filled: less than the new rows take in any kind.
-LEFT = 100_000
-FIRST, MORE = 2000, 2500
+FIRST = 2000
 #: How each kind says the disk is full (SQLite's own words for ENOSPC).
 FULL = {"sqlite": "database or disk is full"}
 
@@ -79,8 +77,8 @@ def test_a_full_disk_fails_in_one_line_and_leaves_no_orphan(
     code, out, err = connector(server, *args)
     assert code == 0, out + err
 
-    server.insert_rows(table_id, rows_of(FIRST, MORE))
-    ballast = fill(disk, LEFT)
+    server.insert_rows(table_id, rows_of(FIRST, kind.more))
+    ballast = fill(disk, kind.left)
     code, out, err = connector(server, *args)
 
     assert code == 1, out + err
