@@ -134,23 +134,22 @@ def _accounted(kind: str, where: Path) -> set[str]:
     if kind == "duckdb":
         return {"w.duckdb"}
     if kind == "delta":
-        return {"out/_connector_tables.json", *_delta_files(where / "out" / "Orders")}
+        return {"out/_connector_tables.json", *(f"out/Orders/{n}" for n in delta_files(where / "out" / "Orders"))}
     return {"out/_connector_tables.json", "out/catalog.db", *_iceberg_files(where / "out")}
 
 
-def _delta_files(table: Path) -> set[str]:
-    """The commits of a Delta table and the data files of every one of its versions."""
+def delta_files(table: Path) -> set[str]:
+    """The commits of the Delta table in the folder `table` and the data files of every one
+    of its versions, relative to the folder."""
     from deltalake import DeltaTable
 
     if not (table / "_delta_log").is_dir():
         return set()
-    prefix = f"out/{table.name}/"
-    commits = {f"{prefix}_delta_log/{p.name}" for p in (table / "_delta_log").glob("*.json")}
-    latest = DeltaTable(str(table)).version()
+    commits = {f"_delta_log/{p.name}" for p in (table / "_delta_log").glob("*.json")}
     data = set()
-    for version in range(latest + 1):
+    for version in range(DeltaTable(str(table)).version() + 1):
         uris = DeltaTable(str(table), version=version).file_uris()
-        data |= {prefix + Path(u.removeprefix("file://")).relative_to(table).as_posix() for u in uris}
+        data |= {Path(u.removeprefix("file://")).relative_to(table).as_posix() for u in uris}
     return commits | data
 
 
