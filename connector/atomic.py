@@ -4,11 +4,17 @@ A failed or killed writer leaves the previous file untouched: the new content go
 hidden temp file in the same directory (same filesystem, so the rename is atomic), is
 fsynced, and only then replaces the target. The directory is fsynced after the rename so
 the swap itself survives a crash.
+
+A writer killed outright (SIGKILL, a crash) cannot remove its temp file, so each writer
+holds an exclusive `flock` on its temp file while it writes (the kernel releases it when
+the process dies, however it dies), and the next write in that folder removes every temp
+file that no writer holds.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import tempfile
 import threading
@@ -46,8 +52,9 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
                 raise DestinationError(f"cannot write {target}: {_said(exc)}") from exc
         except OSError as exc:
             raise DestinationError(f"cannot write {target}: {_said(exc)}") from exc
-    os.close(fd)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # held while written: not a dead writer's leftover
     temp = Path(name)
+    _remove_stale(target.parent, temp)
     try:
         yield temp
         with open(temp, "rb+") as written:
@@ -63,6 +70,8 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         temp.unlink(missing_ok=True)
         _remove_empty(target.parent)
         raise
+    finally:
+        os.close(fd)
     _kept(target.parent)
 
 
@@ -76,6 +85,30 @@ _made_lock = threading.Lock()
 def _said(exc: OSError) -> str:
     """The operating system's words for `exc` (``No such file or directory``)."""
     return exc.strerror or str(exc)
+
+
+def _remove_stale(folder: Path, ours: Path) -> None:
+    """Remove the temp files in `folder` that no writer holds: those of writers that died
+    (killed mid-write), which nothing else would ever remove."""
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(".") and n.endswith(PARTIAL_SUFFIX)]
+    except OSError:
+        return
+    for name in names:
+        path = folder / name
+        if path == ours:
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:  # gone already, or another user's
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            path.unlink(missing_ok=True)
+        except OSError:  # held: being written
+            pass
+        finally:
+            os.close(fd)
 
 
 def _make_folder(target: Path) -> None:

@@ -6,8 +6,14 @@ commit. A replace is an overwrite; an append a merge that inserts the ids the ta
 a merge an upsert by row id whose deletions (or marks) are in the same commit. A column
 added upstream is added by the merge itself (``merge_schema``); any other column change
 rewrites the table (its held rows renamed and converted, `connector.destinations.rewrite`)
-in one overwrite commit. A write that fails or is killed before its commit leaves only
-unreferenced files: the table is as it was.
+in one overwrite commit. A write that fails or is killed before its commit leaves the table
+as it was, and files no commit refers to: they are removed when the write fails, and before
+the next write of the table (a killed one's): every file written after the table's last
+commit (all of them when it has none). A table is written by one writer at a time (a job's
+runs hold its lock; the name map's record says which table a folder holds), so such a file
+is never another writer's work in progress. deltalake's runtime may panic on its way out of
+a failed write: the panic is kept off stderr (`connector.destinations.panics`), the failure
+is the usual one line.
 
 **Rows reach deltalake from a local spool, never from a Python iterator.** deltalake runs
 its writes on a Rust runtime whose worker threads would call back into Python (taking the
@@ -29,7 +35,9 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -53,6 +61,7 @@ from connector.destinations.base import (
 from connector.destinations.evolve import renames
 from connector.destinations.formats import ROW_GROUP_ROWS
 from connector.destinations.held import FolderRecord, held
+from connector.destinations.panics import quiet_panics
 from connector.destinations.registry import DestinationConfig, kind
 from connector.destinations.rewrite import Counted, KeptRows
 from connector.destinations.storage import Store, is_remote, open_store
@@ -64,6 +73,10 @@ __all__ = ["DeltaDestination", "open_delta", "storage_options"]
 #: name (more underscores while a column of the table has it: `_op_column`).
 _OP = "_connector_op"
 _FEATURE = "Delta Lake destinations"
+#: A commit in a table's log (``_delta_log/00000000000000000003.json``): the names sort by version.
+_COMMIT = re.compile(r"_delta_log/\d{20}\.json")
+
+log = logging.getLogger(__name__)
 
 
 def open_delta(config: DestinationConfig) -> DeltaDestination:
@@ -214,6 +227,14 @@ class DeltaDestination:
 
     def apply(self, target: Target, change: TableChange) -> Committed:
         uri = self.locate(target)
+        self._sweep(uri)  # what a killed write left (on a full disk: the room it took)
+        try:
+            return self._apply(uri, target, change)
+        except BaseException:
+            self._sweep(uri)
+            raise
+
+    def _apply(self, uri: str, target: Target, change: TableChange) -> Committed:
         table = None if change.mode == "replace" else self._open(uri)
         marks = change.mark or (table is not None and target.deleted_name in _names(table))
         schema = target.with_marks(marks)
@@ -228,7 +249,7 @@ class DeltaDestination:
 
     def _overwrite(self, uri: str, rows: Iterable[pa.RecordBatch], schema: pa.Schema) -> int:
         fitted = (conform(b, schema) for b in rows)
-        with self._spool(fitted, schema) as (reader, count):
+        with self._spool(fitted, schema) as (reader, count), quiet_panics():
             self.deltalake.write_deltalake(
                 uri, reader, mode="overwrite", schema_mode="overwrite",
                 storage_options=self._options(uri), writer_properties=self._writer,
@@ -277,7 +298,8 @@ class DeltaDestination:
                     merger = merger.when_matched_update({mark: f"{s}.{mark}"}, stamped)
                 else:
                     merger = merger.when_matched_delete(delete)
-            metrics = merger.when_not_matched_insert(every, upsert).execute()
+            with quiet_panics():
+                metrics = merger.when_not_matched_insert(every, upsert).execute()
         inserted = int(metrics.get("num_target_rows_inserted", 0))
         if not merging:
             return Committed(written=inserted)
@@ -310,6 +332,28 @@ class DeltaDestination:
                 yield pa.ipc.open_stream(source), count
         finally:
             path.unlink(missing_ok=True)
+
+    def _sweep(self, uri: str) -> None:
+        """Remove the files of writes that never committed from the table's folder: those
+        written after its last commit (every file, when it has none; in the log, only a
+        commit's temporary copy). Best effort: a failure to remove is a warning."""
+        store = open_store(uri, self.config.timeout)
+        try:
+            files = store.tree()
+            commits = sorted(n for n in files if _COMMIT.fullmatch(n))
+            last = files[commits[-1]] if commits else None
+            doomed = [
+                n for n, written in files.items()
+                if (last is None or written > last)
+                and (not n.startswith("_delta_log/") or "#" in n or n.endswith(".tmp"))
+            ]
+            store.remove(doomed)
+            if doomed:
+                log.info("removed %d files no commit of %s refers to", len(doomed), uri)
+        except Exception as exc:  # the write's own outcome matters more
+            log.warning("could not remove the files a failed write left in %s: %s", uri, exc)
+        finally:
+            store.close()
 
     def _failures(self, doing: str, uri: str) -> contextlib.AbstractContextManager[None]:
         """deltalake's and the object store's exceptions as one DestinationError line."""

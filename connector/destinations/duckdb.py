@@ -99,6 +99,7 @@ class DuckdbDestination:
         self.capabilities = kind("duckdb").capabilities
         self._con: Any = None
         self._opening = threading.Lock()
+        self._failed = False  # a write failed: see `close`
 
     def _cursor(self) -> Any:
         with self._opening:
@@ -113,6 +114,12 @@ class DuckdbDestination:
         if self._con is not None:
             self._con.close()
             self._con = None
+        if self._failed:
+            # A commit that failed writing the log (a full disk) leaves an empty
+            # ``<file>.wal`` beside the database, which DuckDB removes when it opens the file.
+            self._failed = False
+            with contextlib.suppress(Exception):
+                connect(self.path).close()
 
     def locate(self, target: Target) -> str:
         return target.name
@@ -194,8 +201,11 @@ class DuckdbDestination:
             except BaseException as exc:
                 with contextlib.suppress(Exception):
                     cur.rollback()
+                self._failed = True
                 if isinstance(exc, duckdb.Error):
-                    raise DestinationError(f"writing table {name!r} failed: {_line(exc)}") from exc
+                    raise DestinationError(
+                        f"writing table {name!r} in duckdb:{self.path} failed: {_line(exc)}"
+                    ) from exc
                 raise
         return applied
 

@@ -12,8 +12,15 @@ environment variables; the server places the tables). Object storage (``s3://``)
 such a catalog: a SQLite file cannot be shared there.
 
 Every change is one pyiceberg `Transaction`, committed once: the schema update, the rows
-deleted, stamped or written, together. A failure before the commit leaves only data files
-no snapshot refers to: readers see the table as it was.
+deleted, stamped or written, together. A failure before the commit leaves the table as it
+was, and files no snapshot refers to (data files, manifests, a metadata file whose commit
+the catalog refused): they are removed when the write fails, and before the next write of
+the table (a killed one's): every file under the table's location written after its
+current metadata file, which nothing committed can refer to. A table is written by one
+writer at a time (a job's runs hold its lock; the catalog holds our tables one at a time),
+so such a file is never another writer's work in progress. A new table's files go when its
+first commit fails; in the folder's own catalog, a killed first write's files go when the
+table is created again (a shared catalog's location may hold files of other catalogs' tables).
 
 - columns: added, renamed and dropped by ``update_schema()`` (Iceberg keeps values by field
   id); any other change (a column retyped, a rename onto a held name) rewrites the table:
@@ -34,9 +41,11 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import shutil
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -83,6 +92,19 @@ MERGE_IDS = 20_000
 CATALOG_NAME = "connector"
 
 _FEATURE = "Apache Iceberg destinations"
+
+log = logging.getLogger(__name__)
+
+
+class _NoMissingStatistics(logging.Filter):
+    """pyiceberg warns of each column's missing statistics when the Parquet file it was
+    writing failed (a full disk): lines beside the failure's one, saying nothing to act on."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("PyArrow statistics missing")
+
+
+logging.getLogger("pyiceberg.io.pyarrow").addFilter(_NoMissingStatistics())
 
 
 def open_iceberg(config: DestinationConfig) -> IcebergDestination:
@@ -247,15 +269,51 @@ class IcebergDestination:
                 txn = self._catalog.create_table_transaction(
                     self._identifier(target), schema=_stored_schema(schema)
                 )
-                with _removed_on_failure(txn.table_metadata.location):
+                location = txn.table_metadata.location
+                if self.config.catalog is None:  # the folder is ours: a killed first write's files
+                    self._sweep(location, None)
+                with _removed_on_failure(location, lambda since: self._sweep(location, since)):
                     done = Committed(written=_append(txn, change.rows, schema))
                     txn.commit_transaction()
                 return done
-            txn = table.transaction()
-            rewrite = _evolve(txn, table, schema, renames(change.evolve))
-            done = _write(txn, table, target, change, schema, rewrite=rewrite)
-            txn.commit_transaction()
+            self._sweep_table(table)  # what a killed write left (on a full disk: the room it took)
+            try:
+                txn = table.transaction()
+                rewrite = _evolve(txn, table, schema, renames(change.evolve))
+                done = _write(txn, table, target, change, schema, rewrite=rewrite)
+                txn.commit_transaction()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    self._sweep_table(self._catalog.load_table(self._identifier(target)))
+                raise
         return done
+
+    def _sweep_table(self, table: Any) -> None:
+        """Remove the files under `table`'s location written after its current metadata
+        file: no commit refers to them (see the module docstring)."""
+        location = table.location()
+        current = _relative(table.metadata_location, location)
+        if current is not None:
+            self._sweep(location, current)
+
+    def _sweep(self, location: str, after: float | str | None) -> None:
+        """Remove the files under `location` written after `after`: a time (seconds), a file
+        there (its time; none are removed when it is missing), or None: every file. Best
+        effort: a failure to remove is a warning."""
+        store = open_store(_local(location), self.config.timeout)
+        try:
+            files = store.tree()
+            since = files.get(after) if isinstance(after, str) else after
+            if isinstance(after, str) and since is None:
+                return  # the metadata file is not where it should be: no judging by it
+            doomed = [n for n, written in files.items() if since is None or written > since]
+            store.remove(doomed)
+            if doomed:
+                log.info("removed %d files no snapshot of %s refers to", len(doomed), location)
+        except Exception as exc:  # the write's own outcome matters more
+            log.warning("could not remove the files a failed write left in %s: %s", location, exc)
+        finally:
+            store.close()
 
     def _failures(self, doing: str, where: str) -> contextlib.AbstractContextManager[None]:
         """pyiceberg's, the catalog database's and the file system's exceptions as one
@@ -510,17 +568,32 @@ def _s3_properties(warehouse: str, timeout: float) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _removed_on_failure(location: str) -> Iterator[None]:
-    """A new table's local folder removed when its first commit fails (the files written
-    for it belong to no table); object storage keeps them, unreferenced."""
+def _removed_on_failure(location: str, sweep: Any) -> Iterator[None]:
+    """A new table's files removed when its first commit fails (they belong to no table):
+    its local folder whole, when this write made it; else those written since it began
+    (`sweep(since)`)."""
     path = None if "://" in location else Path(location)
     existed = path is None or path.exists()
+    started = time.time()
     try:
         yield
     except BaseException:
         if not existed and path is not None:
             shutil.rmtree(path, ignore_errors=True)
+        else:
+            sweep(started)
         raise
+
+
+def _local(location: str) -> str:
+    """A table location as `open_store` takes it (``file:`` URLs as paths)."""
+    return location.removeprefix("file://") if location.startswith("file://") else location
+
+
+def _relative(path: str, location: str) -> str | None:
+    """`path` (a metadata file) as a name under `location`, or None when it is not under it."""
+    inside, root = _local(path), _local(location).rstrip("/") + "/"
+    return inside.removeprefix(root) if inside.startswith(root) else None
 
 
 # --- the change's own rows ------------------------------------------------------------------

@@ -146,6 +146,13 @@ class SqlDestination:
             )
 
     def apply(self, target: Target, change: TableChange) -> Committed:
+        try:
+            return self._apply(target, change)
+        except BaseException:
+            _settle(self.engine)
+            raise
+
+    def _apply(self, target: Target, change: TableChange) -> Committed:
         with (
             self._failures("writing", target),
             _transaction(self.engine) as conn,
@@ -577,6 +584,17 @@ def _transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
         if engine.dialect.name == "sqlite" and not raw.in_transaction:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
         yield conn
+
+
+def _settle(engine: sa.Engine) -> None:
+    """After a failed write on SQLite, finish its rollback now: a full disk met while the
+    transaction spilled into the database file leaves the ``-journal`` file "hot", and the
+    next read of the database rolls it back and removes it. Best effort: the failure itself
+    is what the caller reports."""
+    if engine.dialect.name != "sqlite":
+        return
+    with contextlib.suppress(Exception), engine.connect() as conn:
+        conn.exec_driver_sql("SELECT count(*) FROM sqlite_master")
 
 
 def _check_identifiers(conn: sa.Connection, target: Target) -> None:

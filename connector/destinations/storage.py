@@ -26,9 +26,11 @@ it, rather than holding the run for ever.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -146,6 +148,14 @@ class Store(Protocol):
         """A local path to write the file's new content to; on a clean exit it replaces the
         file whole (readers see the old one or the new one), on an exception nothing changes."""
 
+    def tree(self) -> dict[str, float]:
+        """Every file under the folder, at any depth (names ``/``-separated, relative to it),
+        with when it was last written: seconds since the epoch by the storage's own clock (a
+        file whose time the storage does not say is left out)."""
+
+    def remove(self, names: Iterable[str]) -> None:
+        """Remove these files (`tree`'s names); one gone already is no error."""
+
     def close(self) -> None: ...
 
 
@@ -183,6 +193,24 @@ class LocalStore:
 
     def replace(self, name: str) -> contextlib.AbstractContextManager[Path]:
         return atomic_path(self.directory / name)
+
+    def tree(self) -> dict[str, float]:
+        found: dict[str, float] = {}
+        for folder, _, files in os.walk(self.directory):
+            for name in files:
+                path = Path(folder) / name
+                with contextlib.suppress(FileNotFoundError):
+                    found[path.relative_to(self.directory).as_posix()] = path.stat().st_mtime
+        return found
+
+    def remove(self, names: Iterable[str]) -> None:
+        for name in names:
+            try:
+                (self.directory / name).unlink(missing_ok=True)
+            except OSError as exc:
+                raise DestinationError(
+                    f"removing {self.directory / name} failed: {exc.strerror or exc}"
+                ) from exc
 
     def close(self) -> None:
         pass
@@ -280,6 +308,26 @@ class ObjectStore:
             self.fs.put_file(str(local), self._key(name), **_UPLOADS.get(SCHEMES[self.scheme], {}))
             self.fs.invalidate_cache(self._key(name))
 
+    def tree(self) -> dict[str, float]:
+        with self.failures("reading", self.url):
+            self.fs.invalidate_cache(self.root)
+            try:
+                entries = self.fs.find(self.root, detail=True)
+            except FileNotFoundError:
+                return {}
+        found = {}
+        for key, info in entries.items():
+            written = _written(info)
+            if written is not None and info.get("type") != "directory":
+                found[str(key).removeprefix(self.root + "/")] = written
+        return found
+
+    def remove(self, names: Iterable[str]) -> None:
+        keys = [self._key(n) for n in names]
+        if keys:
+            with self.failures("removing files under", self.url):
+                self.fs.rm(keys)
+
     def _key(self, name: str) -> str:
         return f"{self.root}/{name}"
 
@@ -293,6 +341,21 @@ class ObjectStore:
             raise  # ours already; a missing object is the caller's answer
         except Exception as exc:
             raise DestinationError(f"{doing} {url} failed: {_one_line(exc)}") from exc
+
+
+def _written(info: dict[str, Any]) -> float | None:
+    """When an object was last written, from its listing entry: each implementation names
+    it its own way (s3fs ``LastModified``, adlfs ``last_modified``, gcsfs ``updated``)."""
+    for key in ("LastModified", "last_modified", "updated", "mtime"):
+        value = info.get(key)
+        if isinstance(value, datetime):
+            return value.timestamp()
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        if isinstance(value, int | float):
+            return float(value)
+    return None
 
 
 def _one_line(exc: BaseException) -> str:

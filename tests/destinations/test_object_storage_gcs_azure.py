@@ -304,6 +304,7 @@ def test_a_delta_export_killed_before_its_commit_leaves_the_previous_version(
         monkeypatch.setenv(name, value)
     assert run(server, "export", "--format", "delta", "--out", out).exit_code == 0  # a rerun
     assert DeltaTable(uri, storage_options=azure.delta_options()).to_pyarrow_table().num_rows == 3001
+    assert not written & set(azure.objects("lake/orders/"))  # the killed run's files are gone
 
 
 def test_a_sas_connection_string_reaches_parquet_and_delta_and_is_never_shown(
