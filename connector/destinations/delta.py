@@ -64,8 +64,9 @@ from connector.destinations.held import FolderRecord, held
 from connector.destinations.panics import quiet_panics
 from connector.destinations.registry import DestinationConfig, kind
 from connector.destinations.rewrite import Counted, KeptRows
-from connector.destinations.storage import Store, is_remote, open_store
+from connector.destinations.storage import Store, open_store
 from connector.extras import require
+from connector.locations import is_remote
 
 __all__ = ["DeltaDestination", "open_delta", "storage_options"]
 

@@ -46,7 +46,7 @@ from connector.destinations.arrow import conform
 from connector.destinations.base import Committed, TableChange, Target, system_kind
 from connector.destinations.evolve import rename_fields, renames
 from connector.destinations.held import held
-from connector.destinations.registry import DUCKDB_SCHEME, DestinationConfig, kind
+from connector.destinations.registry import DestinationConfig, kind
 from connector.errors import DestinationError
 from connector.extras import require
 from connector.naming import NAME_REGISTRY, OWN_PREFIX, fold
@@ -95,7 +95,8 @@ class DuckdbDestination:
     def __init__(self, config: DestinationConfig) -> None:
         require("duckdb", _FEATURE)
         self.config = config
-        self.path = config.target.removeprefix(DUCKDB_SCHEME)
+        assert config.database is not None and config.database.path is not None
+        self.path = config.database.path
         self.capabilities = kind("duckdb").capabilities
         self._con: Any = None
         self._opening = threading.Lock()

@@ -69,9 +69,10 @@ from connector.destinations.evolve import rename_fields, renames
 from connector.destinations.held import FolderRecord, held
 from connector.destinations.registry import DestinationConfig, kind
 from connector.destinations.rewrite import Counted, KeptRows
-from connector.destinations.storage import is_remote, open_store
+from connector.destinations.storage import open_store
 from connector.errors import ConfigError
 from connector.extras import require
+from connector.locations import DatabaseUrl, is_remote
 
 __all__ = ["CATALOG_FILE", "CHUNK_BYTES", "MERGE_IDS", "NAMESPACE", "IcebergDestination",
            "open_iceberg"]
@@ -171,9 +172,7 @@ class IcebergDestination:
             return str(Path(self.config.target) / CATALOG_FILE)
         if self.config.catalog.partition(":")[0].lower() in ("http", "https"):
             return self.config.catalog.split("?")[0]
-        import sqlalchemy as sa
-
-        return sa.engine.make_url(self.config.catalog).render_as_string(hide_password=True)
+        return DatabaseUrl.parse(self.config.catalog, where="catalog").redacted()
 
     def _identifier(self, target: Target) -> tuple[str, str]:
         return (NAMESPACE, target.name)

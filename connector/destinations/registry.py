@@ -20,8 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
+from urllib.parse import urlsplit
 
 from connector.errors import ConfigError
+from connector.locations import DEFAULT_TIMEOUT, DatabaseUrl, check_location, is_remote
 from connector.modes import WriteMode
 from connector.naming import NameRules
 
@@ -49,10 +51,6 @@ __all__ = [
 DeletePolicy = Literal["delete", "mark", "keep"]
 DELETE_POLICIES: tuple[DeletePolicy, ...] = ("delete", "mark", "keep")
 
-#: Seconds one request to a destination may take (connect, read, a storage request):
-#: past it the destination counts as not answering and the table fails, naming it (after a
-#: few tries: within about 6 times this). ``timeout`` in ``[[destination]]``.
-DEFAULT_TIMEOUT = 60.0
 
 @dataclass(frozen=True)
 class Capabilities:
@@ -88,6 +86,9 @@ class Kind:
     extra: str | None = None
     #: URL schemes it claims among ``url`` destinations (the rest go to SQLAlchemy).
     schemes: tuple[str, ...] = ()
+    #: Options it takes besides its location and mode (``excel_safe``, ``catalog``): any
+    #: other kind refuses them, naming the kinds that take them.
+    options: frozenset[str] = frozenset()
 
 
 #: File systems allow 255 bytes a name. A table's file also gets a suffix (``.parquet``)
@@ -102,7 +103,8 @@ KINDS: tuple[Kind, ...] = (
     Kind("csv", "CSV files, one per table (replaced whole)",
          "connector.destinations.files:open_csv", None, "csv", "folder",
          Capabilities(parallel_writes=True, modes=frozenset({"replace"}), marks=False,
-                      names=_FILES)),
+                      names=_FILES),
+         options=frozenset({"excel_safe"})),
     Kind("delta", "Delta Lake tables, one per table", "connector.destinations.delta:open_delta",
          "delta", "delta", "folder",
          Capabilities(parallel_writes=True,
@@ -110,7 +112,7 @@ KINDS: tuple[Kind, ...] = (
          extra="delta"),
     Kind("iceberg", "Apache Iceberg tables in a catalog", "connector.destinations.iceberg:open_iceberg",
          "iceberg", "iceberg", "folder", Capabilities(parallel_writes=False, names=_FILES),
-         extra="iceberg"),
+         extra="iceberg", options=frozenset({"catalog"})),
     Kind("duckdb", "a DuckDB database file", "connector.destinations.duckdb:open_duckdb",
          "url", None, "database",
          Capabilities(parallel_writes=False, names=NameRules(max_bytes=255, columns_fold=True)),
@@ -157,21 +159,23 @@ class DestinationConfig:
     catalog: str | None = None
     #: Seconds one request to the destination may take (see `DEFAULT_TIMEOUT`).
     timeout: float = DEFAULT_TIMEOUT
+    #: The database of a ``database`` kind, parsed (`target` is its URL); None for folders.
+    database: DatabaseUrl | None = None
 
     @property
     def capabilities(self) -> Capabilities:
         """The kind's, refined by what the location says: a SQL server database (PostgreSQL)
         takes several tables' writes at once, an embedded one (SQLite) one at a time."""
         own = kind(self.kind).capabilities
-        if self.kind == "sql" and self.target.partition(":")[0].partition("+")[0] == "postgresql":
+        if self.database is not None and self.database.engine == "postgresql":
             return replace(own, parallel_writes=True, names=_POSTGRES_NAMES)
         return own
 
     def describe(self) -> str:
         """The destination as summaries show it (a database URL without its password)."""
-        if kind(self.kind).location == "folder":
-            return f"{self.kind}:{self.target}"
-        return _redact_url(self.target)
+        if self.database is not None:
+            return self.database.redacted()
+        return f"{self.kind}:{self.target}"
 
 
 def make_config(
@@ -185,27 +189,32 @@ def make_config(
     catalog: str | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     secrets_allowed: bool = True,
+    named: Mapping[str, str] | None = None,
 ) -> DestinationConfig:
     """A destination of `kind_name` (``url`` picks duckdb or sql by scheme) at `value`,
     checked: a relative path is made absolute against `base`; `mode` must be one the kind
-    takes. With `secrets_allowed` off (a job file), a URL holding a password is refused.
-    A bad value is a ConfigError naming `where`."""
-    if kind_name == "url":
-        kind_name = "duckdb" if value.partition(":")[0].lower() in kind("duckdb").schemes else "sql"
+    takes, and so must each option set (`Kind.options`; `named` says how the caller spells
+    each: ``--excel-safe``). With `secrets_allowed` off (a job file), a URL holding a
+    password is refused. A bad value is a ConfigError naming `where`."""
+    database = None
+    if kind_name == "url" or kind(kind_name).location == "database":
+        database = DatabaseUrl.parse(value, where=where, base=base, secrets_allowed=secrets_allowed)
+        kind_name = "duckdb" if database.engine == "duckdb" else "sql"
     chosen = kind(kind_name)
     if mode not in chosen.capabilities.modes:
         modes = ", ".join(sorted(chosen.capabilities.modes))
         raise ConfigError(f"{where}: {chosen.title} take mode {modes}, not {mode!r}")
-    if chosen.location == "folder":
-        target = _folder(value, where, base)
-    elif chosen.name == "duckdb":
-        target = _duckdb_url(value, where, base)
-    else:
-        target = _sql_url(value, where, base, secrets_allowed)
+    for option, set_ in (("excel_safe", excel_safe), ("catalog", catalog is not None)):
+        if set_ and option not in chosen.options:
+            takers = " or ".join(k.name for k in KINDS if option in k.options)
+            said = (named or {}).get(option, f"{where}: {option}")
+            raise ConfigError(f"{said}: applies to {takers} destinations only, not {chosen.name}")
+    target = database.url if database is not None else _folder(value, where, base)
     if catalog is not None:
         catalog = _catalog_uri(catalog, where, base, secrets_allowed)
     return DestinationConfig(
-        chosen.name, target, mode, where, excel_safe=excel_safe, catalog=catalog, timeout=timeout
+        chosen.name, target, mode, where, excel_safe=excel_safe, catalog=catalog,
+        timeout=timeout, database=database,
     )
 
 
@@ -220,8 +229,6 @@ def open_destination(config: DestinationConfig) -> Destination:
 
 def _folder(value: str, where: str, base: Path) -> str:
     """An object storage URL as it is (checked), else a local path made absolute."""
-    from connector.destinations.storage import check_location, is_remote
-
     checked = check_location(value, where)
     if is_remote(checked):
         return checked
@@ -231,8 +238,6 @@ def _folder(value: str, where: str, base: Path) -> str:
 def _catalog_uri(uri: str, where: str, base: Path, secrets_allowed: bool) -> str:
     """An Iceberg catalog: a REST catalog's ``http(s)://`` URL as it is, or a database URL
     checked as ``url`` destinations are (pyiceberg's SQL catalog); no password in a job file."""
-    from urllib.parse import urlsplit
-
     at = f"{where}: catalog"
     if uri.partition(":")[0].lower() in ("http", "https"):
         if urlsplit(uri).password is not None:
@@ -241,57 +246,4 @@ def _catalog_uri(uri: str, where: str, base: Path, secrets_allowed: bool) -> str
                 "come from PYICEBERG_CATALOG__CONNECTOR__CREDENTIAL or __TOKEN in the environment"
             )
         return uri
-    return _sql_url(uri, at, base, secrets_allowed)
-
-
-DUCKDB_SCHEME = "duckdb:///"
-_DUCKDB_EXAMPLE = "like duckdb:///analytics.duckdb (relative) or duckdb:////srv/analytics.duckdb"
-
-
-def _duckdb_url(url: str, where: str, base: Path) -> str:
-    """``duckdb:///<path>`` with the path made absolute against `base`."""
-    if not url.startswith(DUCKDB_SCHEME):
-        raise ConfigError(f"{where}: {url!r} is not a DuckDB URL; write it {_DUCKDB_EXAMPLE}")
-    path = url.removeprefix(DUCKDB_SCHEME)
-    if not path or path == ":memory:" or "?" in path or path.endswith("/"):
-        raise ConfigError(f"{where}: {url!r} names no database file; write it {_DUCKDB_EXAMPLE}")
-    return DUCKDB_SCHEME + str((base / Path(path).expanduser()).resolve())
-
-
-def _sql_url(url: str, where: str, base: Path, secrets_allowed: bool) -> str:
-    """A SQLAlchemy URL whose database kind SQLAlchemy knows; a relative SQLite path made
-    absolute against `base`."""
-    import sqlalchemy as sa
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        parsed = sa.engine.make_url(url)
-    except ArgumentError:
-        raise ConfigError(
-            f"{where}: not a database URL (write it like sqlite:///out.db, "
-            "postgresql://user@host/db or duckdb:///analytics.duckdb)"
-        ) from None
-    try:
-        parsed.get_dialect()  # the database kind is known (its driver loads at connect)
-    except (ArgumentError, ImportError):
-        raise ConfigError(
-            f"{where}: names no database SQLAlchemy knows ({parsed.drivername!r}); like "
-            "sqlite:///out.db, postgresql://user@host/db or duckdb:///analytics.duckdb"
-        ) from None
-    if parsed.password and not secrets_allowed:
-        raise ConfigError(
-            f"{where}: holds a password: leave it out and let the driver read it from the "
-            "environment (PGPASSWORD, ~/.pgpass) — job files hold no secrets"
-        )
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        parsed = parsed.set(database=str((base / Path(parsed.database).expanduser()).resolve()))
-    return parsed.render_as_string(hide_password=False)
-
-
-def _redact_url(url: str) -> str:
-    import sqlalchemy as sa
-
-    try:
-        return sa.engine.make_url(url).render_as_string(hide_password=True)
-    except sa.exc.ArgumentError:  # not a URL at all: nothing to hide, nothing to render
-        return "an unparsable database URL"
+    return DatabaseUrl.parse(uri, where=at, base=base, secrets_allowed=secrets_allowed).url

@@ -24,7 +24,6 @@ import contextlib
 import secrets
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, date, datetime
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -47,6 +46,7 @@ from connector.destinations.formats import as_text
 from connector.destinations.held import held
 from connector.destinations.registry import DestinationConfig
 from connector.errors import ConfigError, DestinationError
+from connector.locations import DEFAULT_TIMEOUT, DatabaseUrl
 from connector.naming import NAME_REGISTRY, OWN_PREFIX, fold
 
 __all__ = ["SqlDestination", "connect", "database_errors", "open_sql"]
@@ -70,18 +70,23 @@ class SqlDestination:
         self.capabilities = config.capabilities
 
     @property
+    def database(self) -> DatabaseUrl:
+        assert self.config.database is not None  # a database kind's config has one
+        return self.config.database
+
+    @property
     def engine(self) -> sa.Engine:
         if self._engine is None:
-            url = sa.make_url(self.config.target)
-            if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+            file = self.database.file
+            if file is not None:
                 try:
-                    Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+                    file.parent.mkdir(parents=True, exist_ok=True)
                 except OSError as exc:
                     raise DestinationError(
                         f"{self.config.describe()}: cannot create the folder for the database "
                         f"({exc.strerror})"
                     ) from None
-            self._engine = connect(self.config.target, self.config.timeout)
+            self._engine = connect(self.database, self.config.timeout)
         return self._engine
 
     def check(self) -> None:
@@ -119,10 +124,8 @@ class SqlDestination:
     def _absent(self) -> bool:
         """A SQLite file not created yet: nothing is held (and asking must not create it:
         a dry run writes nothing)."""
-        url = sa.make_url(self.config.target)
-        return url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:") and (
-            not Path(url.database).is_file()
-        )
+        file = self.database.file
+        return file is not None and not file.is_file()
 
     def stored(self, target: Target) -> pa.Schema | None:
         if self._absent():
@@ -538,13 +541,13 @@ def _utc_text(value: Any) -> str:
 # --- connections and errors ----------------------------------------------------------------
 
 
-def connect(url: str, timeout: float = 60.0) -> sa.Engine:
-    """An engine for `url`, checked by connecting once: fail before any table is read.
+def connect(database: DatabaseUrl, timeout: float = DEFAULT_TIMEOUT) -> sa.Engine:
+    """An engine for `database`, checked by connecting once: fail before any table is read.
 
-    A bad URL is a ConfigError; an unreachable database a DestinationError. Connecting gives
-    up after `timeout` seconds. Dispose of it after.
+    A driver that is not installed is a ConfigError; an unreachable database a
+    DestinationError. Connecting gives up after `timeout` seconds. Dispose of it after.
     """
-    engine = _create_engine(url, timeout)
+    engine = _create_engine(database, timeout)
     try:
         with database_errors(engine, "connecting"), engine.connect():
             pass
@@ -554,24 +557,22 @@ def connect(url: str, timeout: float = 60.0) -> sa.Engine:
     return engine
 
 
-def _create_engine(url: str, timeout: float) -> sa.Engine:
+def _create_engine(database: DatabaseUrl, timeout: float) -> sa.Engine:
     """psycopg (3) for plain ``postgresql://`` URLs; errors never echo the URL (passwords)."""
+    parsed = database.sqlalchemy()
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    args: dict[str, Any] = {}
+    if database.engine == "postgresql":
+        args = {"connect_timeout": max(1, round(timeout))}
+    elif database.engine == "sqlite":
+        args = {"timeout": timeout}  # waiting for another writer's lock
     try:
-        parsed = sa.make_url(url)
-        if parsed.drivername == "postgresql":
-            parsed = parsed.set(drivername="postgresql+psycopg")
-        backend = parsed.get_backend_name()
-        args: dict[str, Any] = {}
-        if backend == "postgresql":
-            args = {"connect_timeout": max(1, round(timeout))}
-        elif backend == "sqlite":
-            args = {"timeout": timeout}  # waiting for another writer's lock
         return sa.create_engine(parsed, connect_args=args)
-    except (sa.exc.ArgumentError, ImportError) as exc:
-        scheme = str(url).partition(":")[0]
+    except ImportError as exc:
         raise ConfigError(
-            f"cannot use database URL with scheme {scheme!r}: {type(exc).__name__}; "
-            "expected e.g. sqlite:///out.db or postgresql://user@host/db"
+            f"{database}: its driver is not installed ({type(exc).__name__}: {exc}); "
+            "install it, or use sqlite:/// or postgresql://"
         ) from None
 
 

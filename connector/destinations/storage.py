@@ -18,7 +18,7 @@ killed upload leaves the previous object as it was. Uploads read the file a part
 (+127 MB of peak RSS exporting 1,000,000 rows to S3).
 
 Every request to object storage is bounded (the destination's ``timeout``, by default
-`connector.destinations.registry.DEFAULT_TIMEOUT`) and tried a few times (s3fs: 5), so a
+`connector.locations.DEFAULT_TIMEOUT`) and tried a few times (s3fs: 5), so a
 store that stops answering fails the table within about 6 times that, with a message naming
 it, rather than holding the run for ever.
 """
@@ -27,41 +27,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import tempfile
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 from connector.atomic import atomic_path
-from connector.destinations.registry import DEFAULT_TIMEOUT
-from connector.errors import ConfigError, ConnectorError, DestinationError
-from connector.extras import require
+from connector.errors import ConnectorError, DestinationError
+from connector.locations import DEFAULT_TIMEOUT, SCHEMES, filesystem, is_remote
 
-__all__ = [
-    "PART_BYTES",
-    "SCHEMES",
-    "LocalStore",
-    "ObjectStore",
-    "Store",
-    "check_location",
-    "is_remote",
-    "open_store",
-]
+__all__ = ["PART_BYTES", "LocalStore", "ObjectStore", "Store", "open_store"]
 
 
-#: URL scheme -> the fsspec implementation that serves it.
-SCHEMES: dict[str, str] = {
-    "s3": "s3fs",
-    "gs": "gcsfs",
-    "gcs": "gcsfs",
-    "az": "adlfs",
-    "abfs": "adlfs",
-    "abfss": "adlfs",
-}
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 #: Bytes of a file an upload holds at a time: a file larger than this goes up in parts of
 #: this size, one after the other (S3's smallest part is 5 MiB; GCS's chunks are multiples of
 #: 256 KiB). Azure's SDK already uploads in blocks of its own.
@@ -71,59 +49,6 @@ _UPLOADS: dict[str, dict[str, int]] = {
     "s3fs": {"chunksize": PART_BYTES, "max_concurrency": 1},
     "gcsfs": {"chunksize": PART_BYTES},
 }
-
-
-def is_remote(location: str) -> bool:
-    """Whether `location` is an object storage URL (and not a local path)."""
-    match = _SCHEME.match(location)
-    return match is not None and match.group(1).lower() in SCHEMES
-
-
-def check_location(location: str, where: str) -> str:
-    """`location` as a destination keeps it: an object storage URL without a trailing
-    slash, or a local path as given. A URL of another scheme, with no bucket, or carrying
-    credentials is a ConfigError naming `where` (the credentials are not repeated)."""
-    match = _SCHEME.match(location)
-    if match is None:
-        return location
-    scheme = match.group(1).lower()
-    if scheme not in SCHEMES:
-        known = ", ".join(f"{s}://" for s in ("s3", "gs", "az"))
-        raise ConfigError(f"{where}: unknown storage scheme {scheme!r} (use a local path or {known})")
-    parts = urlsplit(location)
-    if "@" in parts.netloc or parts.password or parts.query:
-        # adlfs reads az://container@account/...; anything else here may be a secret.
-        if scheme in ("abfs", "abfss") and "@" in parts.netloc and not parts.password and not parts.query:
-            return location.rstrip("/")
-        raise ConfigError(
-            f"{where}: a storage URL carries no credentials or options (value not shown); "
-            "they come from the provider's standard chain: environment, profile, instance role"
-        )
-    if not parts.netloc:
-        raise ConfigError(f"{where}: {scheme}:// needs a bucket, like {scheme}://bucket/prefix")
-    return f"{scheme}://{parts.netloc}{parts.path}".rstrip("/")
-
-
-def filesystem(url: str, timeout: float = DEFAULT_TIMEOUT) -> Any:
-    """The fsspec filesystem for `url`'s scheme (its extra imported, or MissingExtra), its
-    requests bounded by `timeout` seconds."""
-    scheme = url.partition("://")[0].lower()
-    module = SCHEMES[scheme]
-    require(module, f"{scheme}:// destinations")
-    fsspec = require("fsspec", f"{scheme}:// destinations")
-    return fsspec.filesystem(scheme, **_bounded(module, timeout))
-
-
-def _bounded(module: str, timeout: float) -> dict[str, Any]:
-    """Each implementation's own settings for a request's time limit and attempts."""
-    if module == "s3fs":
-        # s3fs tries a request up to 5 times itself; botocore's own retries would multiply it
-        retries = {"max_attempts": 1, "mode": "standard"}
-        config = {"connect_timeout": timeout, "read_timeout": timeout, "retries": retries}
-        return {"config_kwargs": config}
-    if module == "gcsfs":
-        return {"timeout": timeout, "retries": 2}
-    return {}
 
 
 class Store(Protocol):

@@ -355,12 +355,10 @@ def export(ctx: click.Context, out_dir: str, fmt: str, excel_safe: bool,
     """
     from connector.destinations.registry import make_config
 
-    if excel_safe and fmt != "csv":
-        _refuse("--excel-safe applies to --format csv only", "excel_safe", as_json)
     _check_out(out_dir, as_json)
     try:
         destination = make_config(fmt, out_dir, mode="replace", where="--out", base=Path.cwd(),
-                                  excel_safe=excel_safe)
+                                  excel_safe=excel_safe, named={"excel_safe": "--excel-safe"})
     except ConfigError as exc:
         _refuse(str(exc), "out_dir", as_json)
     _one_shot(ctx, "export", destination,
@@ -416,7 +414,7 @@ load.help = (load.help or "") + _EXIT_CODES
 def _check_out(out: str, as_json: bool) -> None:
     """A local --out must be a directory or able to become one (no regular file at it or
     above it); else a usage error naming --out."""
-    from connector.destinations.storage import is_remote
+    from connector.locations import is_remote
 
     if is_remote(out):
         return

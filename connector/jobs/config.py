@@ -32,6 +32,7 @@ from connector.api.settings import ENV_BASE_URL
 from connector.destinations.registry import (
     DEFAULT_TIMEOUT,
     DELETE_POLICIES,
+    KINDS,
     DeletePolicy,
     DestinationConfig,
     job_keys,
@@ -253,6 +254,17 @@ def one_shot_job(
         pushes=(),
         one_shot=True,
     )
+
+
+def _kind_keys() -> str:
+    """The ``[[destination]]`` keys that select a kind, and what each takes (the registry's)."""
+    def said(key: str) -> str:
+        chosen = [k for k in KINDS if k.job_key == key]
+        takes = "a folder" if chosen[0].location == "folder" else "a database URL"
+        return f"{key} ({takes}: {' or '.join(k.title for k in chosen)})"
+
+    keys = [said(k) for k in job_keys()]
+    return ", ".join(keys[:-1]) + " or " + keys[-1]
 
 
 def load_job(path: str | os.PathLike[str]) -> Job:
@@ -481,18 +493,13 @@ class _Parser(JobFile):
         section.done()
         chosen = [k for k, v in given.items() if v is not None]
         if len(chosen) != 1:
-            raise self.error(
-                where, "set exactly one of parquet (a directory), delta (a Delta table folder), "
-                "iceberg (a warehouse folder) or url (a SQLAlchemy or duckdb:/// URL)"
-            )
+            raise self.error(where, f"set exactly one of {_kind_keys()}")
         (key,) = chosen
         if incremental and mode != "merge":
             raise self.error(
                 f"{where}.mode",
                 f"an incremental sync merges changed rows; mode must be 'merge', got {mode!r}",
             )
-        if catalog is not None and key != "iceberg":
-            raise self.error(f"{where}.catalog", "only applies to an iceberg destination")
         if timeout is not None and (
             isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 3600
         ):
@@ -501,11 +508,14 @@ class _Parser(JobFile):
             )
         value = given[key]
         assert value is not None
+        named = {"catalog": f"{where}.catalog"}
         try:
             return make_config(
                 key, value, mode=cast(WriteMode, mode), where=f"{where}.{key}", base=self.base,
                 catalog=catalog, timeout=float(timeout or DEFAULT_TIMEOUT), secrets_allowed=False,
+                named=named,
             )
         except ConfigError as exc:
-            raise self.error(f"{where}.{key}", str(exc).removeprefix(f"{where}.{key}: ")) from None
+            at = next((n for n in named.values() if str(exc).startswith(f"{n}: ")), f"{where}.{key}")
+            raise self.error(at, str(exc).removeprefix(f"{at}: ")) from None
 

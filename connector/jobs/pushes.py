@@ -9,6 +9,7 @@ from typing import Any, cast
 
 from connector.errors import ConfigError
 from connector.jobs.jobfile import JobFile, Section, kind
+from connector.locations import DatabaseUrl
 from connector.modes import MERGED_CELLS, PUSH_MODES, PUSH_SUFFIXES, MergedCells, PushMode
 
 __all__ = ["PushSpec", "parse_pushes"]
@@ -104,7 +105,7 @@ def _push(job: JobFile, data: Any, where: str) -> PushSpec:
 def _push_file(job: JobFile, file: str, where: str) -> Path | str:
     """A push's file: a spreadsheet or Parquet file, a folder of Parquet files (relative
     to the job file), or an object storage URL."""
-    from connector.destinations.storage import check_location, is_remote
+    from connector.locations import check_location, is_remote
 
     if is_remote(file):
         try:
@@ -133,21 +134,11 @@ def _push_query(job: JobFile, db: str | None, sql: str | None, where: str) -> st
     from connector.push.query import check_url
 
     try:
-        check_url(db, f"{where}.db")
+        database = DatabaseUrl.parse(
+            db, where=f"{where}.db", base=job.base, memory=True, secrets_allowed=False
+        )
+        check_url(database.url, f"{where}.db")
     except ConfigError as exc:
         raise job.error(f"{where}.db", str(exc).removeprefix(f"{where}.db: ")) from None
-    if db.lower().startswith("duckdb:///"):
-        path = db.removeprefix("duckdb:///")
-        return db if path == ":memory:" else "duckdb:///" + str(job.path(path))
-    import sqlalchemy as sa
-
-    url = sa.engine.make_url(db)
-    if url.password:
-        raise job.error(
-            f"{where}.db", "holds a password: leave it out and let the driver read it from "
-            "the environment (PGPASSWORD, ~/.pgpass); job files hold no secrets"
-        )
-    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-        url = url.set(database=str(job.path(str(url.database))))
-    return url.render_as_string(hide_password=False)
+    return database.url
 

@@ -226,7 +226,7 @@ def _push_source(file: str | None, db: str | None, sql: str | None) -> Any:
 def _rejects_beside(file: str | None, table: str) -> Path:
     """Where rejected rows go by default: beside a local FILE, else in the working directory
     named after the table."""
-    from connector.destinations.storage import is_remote
+    from connector.locations import is_remote
 
     if file is not None and not is_remote(file) and not Path(file).is_dir():
         return Path(file).with_name(Path(file).stem + ".rejects.csv")

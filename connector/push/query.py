@@ -41,9 +41,9 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import pandas as pd
 
-from connector.destinations.storage import SCHEMES, filesystem
 from connector.errors import ConfigError
 from connector.extras import require
+from connector.locations import SCHEMES, DatabaseUrl, filesystem
 from connector.push.sheet import Sheet, Source, arrow_frame
 from connector.push.source import Query
 
@@ -53,7 +53,6 @@ if TYPE_CHECKING:
 
 __all__ = ["check_url", "open_query", "safe_url"]
 
-DUCKDB_SCHEME = "duckdb:///"
 #: Rows fetched from a database at a time.
 FETCH_ROWS = 65_536
 #: The SQLAlchemy driver a query runs through, by database: the ones whose read-only guards
@@ -104,13 +103,9 @@ def open_query(query: Query) -> Sheet:
 
 def safe_url(url: str) -> str:
     """`url` with any password left out (a URL that does not parse is not shown)."""
-    if url.lower().startswith("duckdb:"):
-        return url
-    import sqlalchemy as sa
-
     try:
-        return sa.engine.make_url(url).render_as_string(hide_password=True)
-    except sa.exc.ArgumentError:
+        return DatabaseUrl.parse(url, where="db", memory=True).redacted()
+    except ConfigError:
         return "an unparsable database URL"
 
 
@@ -118,34 +113,20 @@ def check_url(url: str, where: str) -> None:
     """A URL `open_query` can run a query on read-only: DuckDB's, SQLite's or PostgreSQL's
     through psycopg. ConfigError naming `where` otherwise (the value is not shown: it may
     hold a password)."""
-    if url.lower().startswith("duckdb:"):
-        _duckdb_path(url, where)
-        return
-    import sqlalchemy as sa
-
-    try:
-        parsed = sa.engine.make_url(url)
-        parsed.get_dialect()
-    except (sa.exc.ArgumentError, ImportError):
-        raise ConfigError(
-            f"{where}: not a database URL SQLAlchemy knows (write it like sqlite:///shop.db, "
-            "postgresql://user@host/db or duckdb:///analytics.duckdb)"
-        ) from None
-    if DRIVERS.get(parsed.get_backend_name()) != parsed.get_driver_name():
+    database = DatabaseUrl.parse(url, where=where, memory=True)
+    if database.engine != "duckdb" and DRIVERS.get(database.engine) != database.driver:
+        drivername = database.sqlalchemy().drivername
         raise ConfigError(
             f"{where}: a query runs read-only on SQLite (sqlite:///shop.db), PostgreSQL through "
             f"psycopg (postgresql://user@host/db) or DuckDB (duckdb:///analytics.duckdb), not "
-            f"on {parsed.drivername}"
+            f"on {drivername}"
         )
 
 
 def _duckdb_path(url: str, where: str) -> str:
-    if not url.startswith(DUCKDB_SCHEME) or not url.removeprefix(DUCKDB_SCHEME):
-        raise ConfigError(
-            f"{where}: {url!r} is not a DuckDB URL; write it like duckdb:///analytics.duckdb "
-            "(relative), duckdb:////srv/analytics.duckdb or duckdb:///:memory:"
-        )
-    return url.removeprefix(DUCKDB_SCHEME)
+    path = DatabaseUrl.parse(url, where=where, memory=True).path
+    assert path is not None  # a DuckDB URL names a file or :memory:
+    return path
 
 
 def _duckdb(query: Query) -> Sheet:

@@ -35,8 +35,8 @@ from pathlib import Path
 import pandas as pd
 
 from connector.destinations.formats import undo_excel_safe
-from connector.destinations.storage import check_location, filesystem, is_remote
 from connector.errors import ConfigError, SourceError
+from connector.locations import check_location, filesystem, is_remote
 from connector.modes import MERGED_CELLS, PUSH_SUFFIXES, MergedCells
 from connector.push.csvfile import open_csv
 from connector.push.excel import read_excel

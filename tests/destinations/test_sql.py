@@ -214,7 +214,9 @@ def test_bad_url_and_mode_are_configuration_errors() -> None:
         config("url", "nosuchdb://user:pw-secret@host/db")
     assert "pw-secret" not in str(failure.value)
     with pytest.raises(ConfigError, match="mode"):
-        config("url", "sqlite://", mode="upsert")  # type: ignore[arg-type]
+        config("url", "sqlite:///w.db", mode="upsert")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="in-memory database keeps nothing"):
+        config("url", "sqlite://")
 
 
 def test_readers_never_see_a_partial_or_empty_table_during_replace(
