@@ -38,7 +38,6 @@ writes (Parquet, Delta, PostgreSQL) has no pool and its tables run at once.
 
 # No `from __future__ import annotations` here: Dagster reads the assets' `context`
 # annotation at definition time and accepts only the class itself, not its name.
-import contextlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -130,7 +129,7 @@ def _tables(job: Job) -> list[_TableAsset]:
             for v in dict.fromkeys(selection.include)
         ]
     from connector.api import Client
-    from connector.tables import resolve_table
+    from connector.tables import selected_ids
 
     try:
         base_url, key = job.source.resolve(job_file=job.path)
@@ -140,28 +139,14 @@ def _tables(job: Job) -> list[_TableAsset]:
                 url_source=job.source.url_source(one_shot=False, job_file=job.path),
                 key_source=job.source.key_source(one_shot=False, job_file=job.path)) as client:
         listed = client.list_tables()
-    wanted = [t.id for t in listed] if selection.include is None else [
-        _resolve(job, listed, v) for v in dict.fromkeys(selection.include)
-    ]
-    excluded = set()
-    for value in selection.exclude:  # resolved as a sync resolves it; naming none is no error
-        with contextlib.suppress(ConfigError):
-            excluded.add(resolve_table(listed, value))
     by_id = {t.id: t for t in listed}
+    ids = selected_ids(  # as a sync selects: an exclude naming no table is no error
+        listed, selection.include, selection.exclude, where=f"{job.path}: tables.include: "
+    )
     return [
         _TableAsset(_name(by_id[i].name), i, frozenset({i.casefold(), by_id[i].name.casefold()}))
-        for i in dict.fromkeys(wanted)
-        if i not in excluded
+        for i in ids
     ]
-
-
-def _resolve(job: Job, listed: Any, value: str) -> str:
-    from connector.tables import resolve_table
-
-    try:
-        return resolve_table(listed, value)
-    except ConfigError as exc:
-        raise exc.where(f"{job.path}: tables.include: ") from None
 
 
 def pool_of(job: Job) -> str | None:

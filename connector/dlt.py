@@ -65,7 +65,7 @@ from connector.jobs.config import DEFAULT_LOOKBACK
 from connector.jobs.stamps import iso
 from connector.naming import NameRules, assign
 from connector.schema import Table, arrow_schema
-from connector.tables import resolve_tables
+from connector.tables import select
 
 if TYPE_CHECKING:
     import dlt
@@ -97,18 +97,16 @@ def tabledata(
     """
     where = _Where(base_url or None, api_key or None)
     with where.client() as client:
-        listed = client.list_tables()
-        ids = [t.id for t in listed] if tables is None else resolve_tables(listed, tables)
-        schemas: list[Table] = []
-        for table_id in ids:
-            try:
-                schemas.append(client.get_table(table_id))
-            except PermissionDenied:
-                warnings.warn(
-                    f"table {table_id!r}: the key may not read it; left out",
-                    SkippedTableWarning,
-                    stacklevel=2,
-                )
+        picked = client.run(select(client.aio, tables))
+    for refused in picked.refused:
+        if not isinstance(refused.error, PermissionDenied):
+            raise refused.error
+        warnings.warn(
+            f"table {refused.table_id!r}: the key may not read it; left out",
+            SkippedTableWarning,
+            stacklevel=2,
+        )
+    schemas = picked.tables
     names = _names(schemas)
     for table in schemas:
         yield _resource(_TableReader(where, table, page_size, deletes), names[table.id], lookback)

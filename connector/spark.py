@@ -70,11 +70,11 @@ from connector.api.paging import order_key  # the reader's order: ranges follow 
 from connector.api.ratelimit import Slot
 from connector.api.settings import ENV_BASE_URL
 from connector.arrays import string_array
-from connector.errors import ApiValidationError, BadRequest, ConfigError, ExtractionError, NotFound
+from connector.errors import ApiValidationError, BadRequest, ConfigError, ExtractionError
 from connector.extract import Extraction
 from connector.extras import require
 from connector.schema import Table, arrow_schema
-from connector.tables import resolve_table, table_not_found
+from connector.tables import fetch
 
 if TYPE_CHECKING:
     from pyspark.sql import datasource as ds
@@ -249,12 +249,7 @@ class TableDataSource(ds.DataSource):
         if self._resolved is None:
             settings = self._settings()
             with settings.client(settings.max_rps) as client:
-                listed = client.list_tables()
-                table_id = resolve_table(listed, settings.table)
-                try:
-                    self._resolved = client.get_table(table_id)
-                except NotFound:
-                    raise table_not_found(listed, settings.table) from None
+                self._resolved = client.run(fetch(client.aio, settings.table))
         return self._resolved
 
 

@@ -1,4 +1,5 @@
-"""The one table resolver: what a user typed (`--table`, a job file, `Workspace.read`) -> a table id.
+"""Which tables a user meant: the one resolver (what a user typed -> a table id), and the one
+way every entry point selects tables and fetches their schemas (`select`, `fetch`).
 
 Every command and API that takes a table by name or id goes through `resolve_table`, so one
 value finds the same table, or fails with the same message and exit code (2), everywhere:
@@ -14,22 +15,39 @@ table id (``tbl_...``) that the listing lacks is returned as is, because a scope
 not list every table it may address; the server then answers 403 (the caller skips the
 table) or 404 (the caller raises `table_not_found`).
 
-Pure functions over a listing: no I/O, cheap to import (the CLI imports this).
+`select` (every table, or `include` less `exclude`, each schema fetched at once, a table the
+key may not read set aside) and `fetch` (one table by the resolver's rules) are what the
+commands, jobs, the Python API, Dagster, dlt, Singer, Spark and push all call. Cheap to
+import (the CLI imports this): the client is only named here.
 """
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from connector.errors import TableNotFound
+from connector.errors import AuthError, ConfigError, ConnectorError, NotFound, TableNotFound
 
 if TYPE_CHECKING:
+    from connector.api.core import AsyncClient
     from connector.api.models import TableSummary
+    from connector.schema import Table
 
-__all__ = ["is_table_id", "resolve_table", "resolve_tables", "table_not_found"]
+__all__ = [
+    "Refused",
+    "Selection",
+    "fetch",
+    "is_table_id",
+    "resolve_table",
+    "resolve_tables",
+    "select",
+    "selected_ids",
+    "table_not_found",
+]
 
 #: A table id as the API writes it (`tbl_<id>`).
 TABLE_ID = re.compile(r"tbl_[A-Za-z0-9_-]+")
@@ -101,3 +119,102 @@ def table_not_found(tables: Sequence[TableSummary], wanted: str) -> TableNotFoun
         hint = "this key can read no tables"
     what = "with id" if is_table_id(wanted) else "named"
     return TableNotFound(f"no table {what} {wanted!r}; {hint}", wanted=wanted, suggestions=close)
+
+
+def selected_ids(
+    listing: Sequence[TableSummary],
+    include: Sequence[str] | None,
+    exclude: Sequence[str] = (),
+    *,
+    where: str = "",
+    unknown_exclude: Callable[[str], None] | None = None,
+) -> list[str]:
+    """The ids a selection names, in the order asked: every listed table, or each of
+    `include` resolved (an unknown one a `TableNotFound` naming `where`), less `exclude`
+    (one naming no table is handed to `unknown_exclude`, or ignored)."""
+    def resolve(value: str) -> str:
+        try:
+            return resolve_table(listing, value)
+        except ConfigError as exc:
+            raise exc.where(where) from None
+
+    wanted = (
+        [t.id for t in listing] if include is None else list(dict.fromkeys(map(resolve, include)))
+    )
+    excluded = set()
+    for value in exclude:
+        try:
+            excluded.add(resolve_table(listing, value))
+        except ConfigError:
+            if unknown_exclude is not None:
+                unknown_exclude(value)
+    return [t for t in wanted if t not in excluded]
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A selected table whose schema could not be fetched: the key may not read it
+    (`PermissionDenied`), it was deleted since it was listed, or another failure."""
+
+    table_id: str
+    name: str
+    error: ConnectorError
+
+
+@dataclass
+class Selection:
+    """The tables a selection named: the listing, each schema (in the order asked), and the
+    tables set aside."""
+
+    listing: list[TableSummary]
+    tables: list[Table] = field(default_factory=list)
+    refused: list[Refused] = field(default_factory=list)
+
+
+async def select(
+    client: AsyncClient,
+    include: Sequence[str] | None = None,
+    exclude: Sequence[str] = (),
+    *,
+    where: str = "",
+    unknown_exclude: Callable[[str], None] | None = None,
+) -> Selection:
+    """The tables `include` names (default every one the key can read) less `exclude`
+    (`selected_ids`), every schema fetched at once. A table the key may not read, or one
+    deleted since it was listed, is `refused`; an id the listing lacks that the server does
+    not know is a `TableNotFound`; a refused key (`AuthError`) is raised."""
+    listing = await client.list_tables()
+    ids = selected_ids(listing, include, exclude, where=where, unknown_exclude=unknown_exclude)
+    listed = {t.id: t.name for t in listing}
+
+    async def one(table_id: str) -> Table | ConnectorError:
+        try:
+            return await client.get_table(table_id)
+        except AuthError:
+            raise
+        except ConnectorError as exc:
+            return exc
+
+    selection = Selection(listing)
+    for table_id, answer in zip(ids, await asyncio.gather(*map(one, ids)), strict=True):
+        if isinstance(answer, NotFound) and table_id not in listed:
+            raise table_not_found(listing, table_id) from None
+        if isinstance(answer, ConnectorError):
+            error = NotFound("table deleted since it was listed") if isinstance(
+                answer, NotFound) else answer
+            selection.refused.append(Refused(table_id, listed.get(table_id, table_id), error))
+        else:
+            selection.tables.append(answer)
+    return selection
+
+
+async def fetch(client: AsyncClient, wanted: str) -> Table:
+    """The table `wanted` names (the resolver's rules), its schema fetched. An id the server
+    does not know is a `TableNotFound` naming the close matches; one the key may not read a
+    `PermissionDenied`."""
+    listing = await client.list_tables()
+    table_id = resolve_table(listing, wanted)
+    try:
+        return await client.get_table(table_id)
+    except NotFound:
+        raise table_not_found(listing, wanted) from None

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, Self
 from connector.api import DEFAULT_PAGE_SIZE, Client
 from connector.api.calls import Filter
 from connector.api.models import TableSummary
-from connector.errors import NotFound, PermissionDenied, SkippedTableWarning
+from connector.errors import PermissionDenied, SkippedTableWarning
 from connector.extract import Extraction
 from connector.modes import DEFAULT_PUSH_MODE, PushMode
 from connector.schema import Table
-from connector.tables import resolve_table, table_not_found
+from connector.tables import fetch
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -133,9 +133,4 @@ class Workspace:
     def _resolve(self, name_or_id: str) -> Table:
         """A table by the one resolver's rules (`connector.tables`); an unlisted id the
         server does not know is a `TableNotFound`, one the key may not read `PermissionDenied`."""
-        summaries = self.tables()
-        table_id = resolve_table(summaries, name_or_id)
-        try:
-            return self.client.get_table(table_id)
-        except NotFound:
-            raise table_not_found(summaries, name_or_id) from None
+        return self.client.run(fetch(self.client.aio, name_or_id))

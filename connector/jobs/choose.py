@@ -12,19 +12,19 @@ others go on.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from connector.api import AsyncClient, Client
+from connector.api import Client
 from connector.destinations import Destination
-from connector.errors import AuthError, ConfigError, ConnectorError, NotFound, PermissionDenied
+from connector.errors import ConfigError, NotFound, PermissionDenied
 from connector.jobs.config import Job, key_path
 from connector.jobs.jobfile import quote
 from connector.naming import assign, column_problems
 from connector.results import Status, TableResult
 from connector.schema import Table
+from connector.tables import resolve_table, select
 from connector.values import TypeSetting
 
 __all__ = ["Chosen", "Filter", "Placement", "choose"]
@@ -63,11 +63,15 @@ def choose(
 ) -> Chosen:
     """The tables of `job`'s selection, named in each of `destinations`; `note(table, text)`
     for a selection naming nothing."""
-    from connector.tables import resolve_table, table_not_found
-
     selection = job.tables
-    summaries = client.list_tables()
     where = "" if job.one_shot else f"{job.path}: "
+    exclude_key = "--exclude" if job.one_shot else "tables.exclude"
+    picked = client.run(select(
+        client.aio, selection.include, selection.exclude,
+        where=f"{where}{'--table' if job.one_shot else 'tables.include'}: ",
+        unknown_exclude=lambda value: note(value, f"{exclude_key} names no table; ignored"),
+    ))
+    summaries = picked.listing
 
     def resolve(value: str, key: str) -> str:
         try:
@@ -75,17 +79,6 @@ def choose(
         except ConfigError as exc:
             raise exc.where(f"{where}{key}") from None
 
-    if selection.include is None:
-        wanted = [s.id for s in summaries]
-    else:
-        include_key = "--table: " if job.one_shot else "tables.include: "
-        wanted = list(dict.fromkeys(resolve(v, include_key) for v in selection.include))
-    excluded = set()
-    for value in selection.exclude:
-        try:
-            excluded.add(resolve_table(summaries, value))
-        except ConfigError:
-            note(value, f"{'--exclude' if job.one_shot else 'tables.exclude'} names no table; ignored")
     filters = {
         resolve(name, f"tables.filter.{name}: "): conditions
         for name, conditions in selection.filters
@@ -100,29 +93,16 @@ def choose(
             types.setdefault(resolve_table(summaries, setting.table), []).append(setting)
         except ConfigError as exc:
             raise exc.where(f"{setting.where}: ") from None
-    listed = {s.id for s in summaries}
     chosen = Chosen(listed_rows={s.id: s.rows for s in summaries})
-    ids = [t for t in wanted if t not in excluded]
+    ids = {t.id for t in picked.tables} | {r.table_id for r in picked.refused}
     for table_id, settings in types.items():
         if selection.include is not None and table_id not in ids:
             raise ConfigError(f"{settings[0].where}: types a table the run does not read")
-    for table_id, answer in zip(ids, client.run(_schemas(client.aio, ids)), strict=True):
-        try:
-            if isinstance(answer, ConnectorError):
-                raise answer
-            table = answer
-        except NotFound:
-            if table_id in listed:  # deleted since it was listed
-                chosen.decided.append(TableResult(table_id, table_id, "failed", error="table deleted"))
-                continue
-            raise table_not_found(summaries, table_id) from None
-        except AuthError:
-            raise
-        except ConnectorError as exc:
-            status: Status = "skipped" if isinstance(exc, PermissionDenied) else "failed"
-            name = next((s.name for s in summaries if s.id == table_id), table_id)
-            chosen.decided.append(TableResult(name, table_id, status, error=str(exc)))
-            continue
+    for refused in picked.refused:
+        status: Status = "skipped" if isinstance(refused.error, PermissionDenied) else "failed"
+        error = "table deleted" if isinstance(refused.error, NotFound) else str(refused.error)
+        chosen.decided.append(TableResult(refused.name, refused.table_id, status, error=error))
+    for table in picked.tables:
         table = table.typed(types.get(table.id, ()))
         chosen.tables.append((table, _filter(job, table, filters.get(table.id, ()))))
     _place(chosen, destinations, renames, job)
@@ -178,15 +158,3 @@ def _filter(job: Job, table: Table, conditions: Iterable[Any]) -> Filter:
                 f"{table.name!r} has no column {c.column!r}; columns: {table.column_names}"
             )
     return {c.column: {c.op: c.value} for c in conditions}
-
-
-async def _schemas(client: AsyncClient, ids: Sequence[str]) -> list[Table | ConnectorError]:
-    """Every table's schema, fetched at once (each answer, or the error it met)."""
-
-    async def one(table_id: str) -> Table | ConnectorError:
-        try:
-            return await client.get_table(table_id)
-        except ConnectorError as exc:
-            return exc
-
-    return list(await asyncio.gather(*(one(i) for i in ids)))

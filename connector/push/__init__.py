@@ -26,7 +26,7 @@ import pandas as pd
 
 from connector.api import AsyncClient, Client
 from connector.atomic import atomic_path
-from connector.errors import ConfigError, NotFound
+from connector.errors import ConfigError
 from connector.modes import MergedCells
 from connector.progress import progress as progress_bar
 from connector.push.apply import (
@@ -59,7 +59,7 @@ from connector.push.validate import (
     validate,
 )
 from connector.schema import Table
-from connector.tables import resolve_table, table_not_found
+from connector.tables import fetch
 
 __all__ = [
     "MODES",
@@ -218,12 +218,7 @@ async def _apply(
 async def _resolve(client: AsyncClient, name_or_id: str) -> Table:
     """A table by the one resolver's rules (`connector.tables`, as everywhere else); an
     unlisted id the server does not know is a `TableNotFound` too."""
-    tables = await client.list_tables()
-    table_id = resolve_table(tables, name_or_id)
-    try:
-        return await client.get_table(table_id)
-    except NotFound:
-        raise table_not_found(tables, name_or_id) from None
+    return await fetch(client, name_or_id)
 
 
 def _check_concurrency(concurrency: int | None) -> None:

@@ -36,7 +36,7 @@ from connector.jobs.stamps import iso
 from connector.naming import NameRules, assign
 from connector.schema import Table, arrow_schema
 from connector.singer import NAME
-from connector.tables import resolve_tables
+from connector.tables import select
 
 if TYPE_CHECKING:
     import singer_sdk
@@ -135,14 +135,12 @@ class TapTableData(singer_sdk.Tap):
     def discover_streams(self) -> list[TableStream]:
         wanted: Sequence[str] | None = self.config.get("tables")
         with self.client() as client:
-            listed = client.list_tables()
-            ids = [t.id for t in listed] if wanted is None else resolve_tables(listed, wanted)
-            tables = []
-            for table_id in ids:
-                try:
-                    tables.append(client.get_table(table_id))
-                except PermissionDenied:
-                    self.logger.warning("table %r: the key may not read it; left out", table_id)
+            picked = client.run(select(client.aio, wanted))
+        for refused in picked.refused:
+            if not isinstance(refused.error, PermissionDenied):
+                raise refused.error
+            self.logger.warning("table %r: the key may not read it; left out", refused.table_id)
+        tables = picked.tables
         # One stream per table, named by the one name map (`connector.naming`): a table whose
         # name another has in any case gets <name>-<table id>; a target never merges two.
         names = assign([(t.id, t.name) for t in tables], STREAM_NAMES, {}, where="the tap")
