@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from connector.errors import ConfigError, ConnectorError
 from connector.extras import require
 from connector.jobs.config import Job, PushSpec, load_job
+from connector.jobs.context import RunOptions
 from connector.jobs.run import run_job
 from connector.reporting import describe_event
 from connector.results import RunSummary
@@ -235,7 +236,7 @@ def _run(job: Job, context: dg.AssetExecutionContext) -> RunSummary:
     """`run_job`, its progress lines in the Dagster log; a refused run (a setting, the lock
     held) is a Failure with its one-line message."""
     try:
-        return run_job(job, report=_reporter(context))
+        return run_job(job, RunOptions(report=_reporter(context)))
     except ConnectorError as exc:
         raise dg.Failure(description=str(exc)) from exc
 

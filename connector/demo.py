@@ -35,6 +35,7 @@ import sqlalchemy as sa
 
 from connector.api import Client
 from connector.jobs.config import load_job
+from connector.jobs.context import RunOptions
 from connector.jobs.run import run_job
 from connector.reporting import describe_event
 from connector.results import RunSummary
@@ -72,20 +73,20 @@ def main(argv: list[str] | None = None) -> int:
         push_job = load_job(out / "demo-push.toml")
 
         _step("1. Full sync: every table to Parquet and SQLite", f"connector sync {sync_file}")
-        first = _check(run_job(sync_job, report=_show))
+        first = _check(run_job(sync_job, RunOptions(report=_show)))
 
         _step("2. The price list's plan (dry run)", f"connector sync {push_file} --dry-run")
-        _check(run_job(push_job, dry_run=True, report=_show))
+        _check(run_job(push_job, RunOptions(dry_run=True, report=_show)))
 
         _step("3. Push it", f"connector sync {push_file}")
-        _check(run_job(push_job, report=_show))
+        _check(run_job(push_job, RunOptions(report=_show)))
 
         _step("4. Meanwhile a ticket is deleted in the app", "DELETE /tables/{Tickets}/rows/{id}")
         ticket = _delete_one_ticket(base_url, key)
         print(f"  deleted ticket {ticket}", flush=True)
 
         _step("5. Incremental sync: only what changed", f"connector sync {sync_file}")
-        second = _check(run_job(sync_job, report=_show))
+        second = _check(run_job(sync_job, RunOptions(report=_show)))
 
     _summary(first, second, out, time.monotonic() - began)
     return 0

@@ -49,8 +49,8 @@ def drive(
     event; the stop then prints no line of its own. `ended` hears of the summary the
     command ends with, whichever it is, before it is printed (sync's metrics file)."""
     from connector.jobs.run import failed_summary, interrupted_summary
-    from connector.jobs.stamps import now
     from connector.process import exit_now, stop_signals, use_system_allocator
+    from connector.stamps import now
 
     started, began = now(), time.monotonic()
     made: RunSummary | None = None

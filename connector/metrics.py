@@ -42,9 +42,9 @@ from typing import TYPE_CHECKING, Any
 
 from connector.errors import ConfigError, DestinationError
 from connector.extras import require
-from connector.jobs.stamps import parse
 from connector.jobs.state import JobState, load_state
 from connector.results import RunSummary
+from connector.stamps import parse
 
 if TYPE_CHECKING:
     from connector.api.counts import RequestCounts
@@ -283,5 +283,5 @@ def _read(path: Path, job: str, where: str | None) -> _Record:
 
 
 def _seconds(stamp: str) -> float:
-    """An ISO 8601 timestamp (`connector.jobs.stamps`) as Unix seconds."""
+    """An ISO 8601 timestamp (`connector.stamps`) as Unix seconds."""
     return parse(stamp).timestamp()

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from connector.api import Client
 from connector.jobs.config import one_shot_job
+from connector.jobs.context import RunOptions
 from connector.jobs.run import run_job
 from connector.push import Query, push
 from connector.push.sheet import arrow_frame
@@ -166,8 +167,8 @@ def test_every_value_the_server_takes_round_trips_exactly_and_pushes_back_with_n
     destination = config("url" if kind in ("sqlite", "postgresql", "duckdb") else kind, location)
     settings_ = [TypeSetting(name, c, t, f"test {c}") for c, t in TYPES.items()]
     job = one_shot_job("export", destination, tables=[name], types=settings_)
-    summary = run_job(job, environ={"CONNECTOR_API_KEY": shared.api_key,
-                                    "CONNECTOR_BASE_URL": shared.base_url})
+    summary = run_job(job, RunOptions(environ={"CONNECTOR_API_KEY": shared.api_key,
+                                    "CONNECTOR_BASE_URL": shared.base_url}))
     assert summary.status == "ok", (summary.error, [t.error for t in summary.tables])
 
     held = read_csv(out / f"{name}.csv") if place is None else list(

@@ -30,7 +30,7 @@ from connector.api.client import Client, RequestCounts
 from connector.cli import main
 from connector.errors import ExitCode, NotSent
 from connector.jobs.lock import job_lock
-from connector.jobs.stamps import parse
+from connector.stamps import parse
 from tests.fixtures.server import free_port
 from tests.jobs import conftest as jobs
 from tests.jobs.conftest import MakeWorkspace, Workspace

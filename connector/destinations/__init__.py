@@ -1,11 +1,13 @@
 """Where tables go: one protocol every destination implements, one registry of kinds.
 
-    base        the protocol (`Destination`): check, locate, stored, scan, apply, close;
-                what crosses it (`Target`, `TableChange`, `Committed`)
-    registry    every kind (`KINDS`, `Capabilities`), `DestinationConfig`, `make_config`,
+    base        the protocol (`Destination`): check, held, claim, locate, stored, scan,
+                apply, close; what crosses it (`Target`, `TableChange`, `Committed`);
                 `open_destination`
+    registry    every kind (`KINDS`, `Capabilities`, its options), `DestinationConfig`,
+                `make_config` (cheap to import)
     evolve      column changes (`diff`) and the one set of rules converting held values
-    naming      a table's name in every destination of a run
+    held        which table each name holds (a destination's record of names; the names
+                themselves: `connector.naming`)
     storage     the filesystem layer under the file formats: a local folder or object storage
     files       Parquet / CSV files          sql      SQLAlchemy (SQLite, PostgreSQL)
     duckdb      a DuckDB file                delta    Delta Lake tables
@@ -24,7 +26,13 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from connector.destinations.base import Committed, Destination, TableChange, Target
+    from connector.destinations.base import (
+        Committed,
+        Destination,
+        TableChange,
+        Target,
+        open_destination,
+    )
     from connector.destinations.registry import (
         KINDS,
         Capabilities,
@@ -32,7 +40,6 @@ if TYPE_CHECKING:
         DestinationConfig,
         Kind,
         make_config,
-        open_destination,
     )
 
 __all__ = [
@@ -51,7 +58,6 @@ __all__ = [
 
 _REGISTRY = {
     "KINDS", "Capabilities", "DeletePolicy", "DestinationConfig", "Kind", "make_config",
-    "open_destination",
 }
 
 

@@ -21,23 +21,24 @@ is its own module's business.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
 
 from connector.arrays import arrow_mask, int64_values, no_ids
-from connector.destinations.registry import Capabilities, DeletePolicy
+from connector.destinations.registry import Capabilities, DeletePolicy, DestinationConfig, kind
 from connector.modes import WriteMode
 from connector.schema import META_COLUMN_TYPE, META_SYSTEM, Table, arrow_schema
+from connector.stamps import micros_of
 
 if TYPE_CHECKING:
     from connector.destinations.evolve import SchemaOp
-    from connector.destinations.registry import DestinationConfig
     from connector.ids import IdSet
 
 __all__ = [
@@ -169,6 +170,15 @@ class Destination(Protocol):
         """Release connections and temporary copies."""
 
 
+def open_destination(config: DestinationConfig) -> Destination:
+    """The destination `config` describes, its module imported now (`MissingExtra` naming
+    the extra when it is not installed)."""
+    module, _, function = kind(config.kind).opener.partition(":")
+    opener = getattr(importlib.import_module(module), function)
+    destination: Destination = opener(config)
+    return destination
+
+
 def system_kind(field_: pa.Field) -> str | None:
     """``id``, ``created_at`` or ``updated_at`` for a system field of a rows schema."""
     value = (field_.metadata or {}).get(META_SYSTEM)
@@ -227,13 +237,8 @@ class LiveRows:
 def _ticks(value: datetime, type_: pa.TimestampType) -> int:
     """`value` as the integer a timestamp of `type_` holds (its unit since the epoch, UTC; a
     time without a zone taken as UTC)."""
-    stamp = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-    micros = (stamp - _EPOCH) // timedelta(microseconds=1)
     per_second = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[type_.unit]
-    return micros * per_second // 10**6
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+    return micros_of(value) * per_second // 10**6
 
 
 def live_rows(held: Iterable[str], target: Target, updated_after: datetime | None) -> LiveRows:

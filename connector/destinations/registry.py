@@ -15,20 +15,16 @@ or any SQLAlchemy URL (a relative ``sqlite:///`` path likewise).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 from urllib.parse import urlsplit
 
 from connector.errors import ConfigError
 from connector.locations import DEFAULT_TIMEOUT, DatabaseUrl, check_location, is_remote
 from connector.modes import WriteMode
 from connector.naming import NameRules
-
-if TYPE_CHECKING:
-    from connector.destinations.base import Destination
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -43,7 +39,6 @@ __all__ = [
     "job_keys",
     "kind",
     "make_config",
-    "open_destination",
 ]
 
 #: What a merge does with rows deleted upstream: remove them, stamp ``_deleted_at``, or
@@ -216,15 +211,6 @@ def make_config(
         chosen.name, target, mode, where, excel_safe=excel_safe, catalog=catalog,
         timeout=timeout, database=database,
     )
-
-
-def open_destination(config: DestinationConfig) -> Destination:
-    """The destination `config` describes, its module imported now (`MissingExtra` naming
-    the extra when it is not installed)."""
-    module, _, function = kind(config.kind).opener.partition(":")
-    opener = getattr(importlib.import_module(module), function)
-    destination: Destination = opener(config)
-    return destination
 
 
 def _folder(value: str, where: str, base: Path) -> str:

@@ -23,11 +23,12 @@ if TYPE_CHECKING:
     from typing import Any
 
     from connector.jobs.config import Job, load_job
+    from connector.jobs.context import RunOptions
     from connector.jobs.lock import JobLocked
     from connector.jobs.run import run_job
     from connector.results import RunSummary
 
-__all__ = ["Job", "JobLocked", "RunSummary", "load_job", "run_job"]
+__all__ = ["Job", "JobLocked", "RunOptions", "RunSummary", "load_job", "run_job"]
 
 #: Where each name lives; loaded on first use, so `connector sync` handles a stop before
 #: the heavy modules (pyarrow, the destinations) are imported.
@@ -35,6 +36,7 @@ _HOMES = {
     "Job": "connector.jobs.config",
     "load_job": "connector.jobs.config",
     "JobLocked": "connector.jobs.lock",
+    "RunOptions": "connector.jobs.context",
     "run_job": "connector.jobs.run",
     "RunSummary": "connector.results",
 }

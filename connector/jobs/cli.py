@@ -155,7 +155,8 @@ def sync(
     counts = RequestCounts()
 
     def body() -> RunSummary:
-        from connector.jobs.run import run_job  # under stop_signals: a stop while it imports
+        from connector.jobs.context import RunOptions  # under stop_signals: a stop while
+        from connector.jobs.run import run_job  # it imports is handled
 
         job = load_job(job_file)
         name[0] = job.name
@@ -175,8 +176,8 @@ def sync(
             where = "--metrics-file" if metrics_file else f"{job_file}: sync.metrics_file"
             check_metrics_file(job.metrics_file, job.name, where)
             metered.append(job)
-        return run_job(job, dry_run=dry_run, wait=wait, report=report, verify=verify,
-                       counts=counts)
+        return run_job(job, RunOptions(dry_run=dry_run, wait=wait, report=report,
+                                       verify=verify, counts=counts))
 
     def finish(summary: RunSummary) -> None:  # a run stopped before it began (a lock wait)
         report("finish", **{k: v for k, v in summary.to_dict().items()
@@ -436,7 +437,7 @@ def _refuse(message: str, option: str, as_json: bool) -> NoReturn:
 
 def _refused_json(command: str, message: str) -> None:
     from connector.jobs.run import failed_summary
-    from connector.jobs.stamps import now
+    from connector.stamps import now
 
     print_json(failed_summary(command, ConfigError(message), started_at=now()))
 
@@ -449,13 +450,14 @@ def _one_shot(ctx: click.Context, command: str, destination: Any, selection: Any
 
     def body() -> RunSummary:
         from connector.jobs.config import one_shot_job
+        from connector.jobs.context import RunOptions
         from connector.jobs.run import run_job
 
         job = one_shot_job(command, destination, tables=tables, exclude=excluded,
                            renames=renames, types=types, base_url=base_url,
                            page_size=page_size, max_concurrency=max_concurrency,
                            deletes=deletes)  # type: ignore[arg-type]
-        return run_job(job, show_progress=None)
+        return run_job(job, RunOptions(show_progress=None))
 
     def text(summary: RunSummary) -> None:
         from connector.reporting import summary_lines

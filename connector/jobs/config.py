@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from connector.api import MAX_PAGE_SIZE
+from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
 from connector.api.calls import FILTER_OPERATORS
 from connector.api.concurrency import MAX_CONCURRENCY
 from connector.api.keys import ENV_API_KEY, is_variable_name
@@ -90,7 +90,7 @@ class Source:
     base_url: str | None
     base_url_env: str
     api_key_env: str
-    page_size: int = 100
+    page_size: int = DEFAULT_PAGE_SIZE
     #: The most requests in flight to this server at once (the client adapts below it);
     #: None: the client's default (`connector.api.DEFAULT_MAX_CONCURRENCY`).
     max_concurrency: int | None = None
@@ -221,7 +221,7 @@ def one_shot_job(
     tables: Sequence[str] = (),
     exclude: Sequence[str] = (),
     base_url: str | None = None,
-    page_size: int = 100,
+    page_size: int = DEFAULT_PAGE_SIZE,
     max_concurrency: int | None = None,
     deletes: DeletePolicy = "keep",
     renames: Sequence[tuple[str, str]] = (),
@@ -348,7 +348,7 @@ class _Parser(JobFile):
             base_url=base_url.rstrip("/") if base_url else None,
             base_url_env=base_url_env,
             api_key_env=key_env,
-            page_size=section.integer("page_size", 100, low=2, high=MAX_PAGE_SIZE),  # reads overlap a row
+            page_size=section.integer("page_size", DEFAULT_PAGE_SIZE, low=2, high=MAX_PAGE_SIZE),  # reads overlap a row
             max_concurrency=self.max_concurrency(section),
             max_wait=self.max_wait(section),
         )

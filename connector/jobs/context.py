@@ -9,27 +9,53 @@ written under one lock, each table's state only after every destination committe
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
+import httpx
+
 from connector.api import Client
+from connector.api.counts import RequestCounts
 from connector.destinations import Destination, Target
-from connector.jobs.choose import Placement
+from connector.jobs.choose import Chosen
 from connector.jobs.config import Job
 from connector.jobs.state import JobState, TableState, save_state
 from connector.progress import Progress
 from connector.results import TableResult
 from connector.schema import Table
 
-__all__ = ["Reporter", "RunContext"]
+__all__ = ["Reporter", "RunContext", "RunOptions"]
 
 
 class Reporter(Protocol):
     """Receives progress events: an event name and its fields (the CLI prints them)."""
 
     def __call__(self, event: str, **fields: Any) -> None: ...
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How one run of a job runs, whatever started it (a command, Dagster, the demo, code)."""
+
+    #: Read and plan only: nothing written, no state saved.
+    dry_run: bool = False
+    #: Seconds to wait for another run of the job to release its lock.
+    wait: float = 0.0
+    #: Compare every row with the server and repair (``--verify``); a job's
+    #: ``verify_every`` turns it on every Nth run.
+    verify: bool = False
+    #: Progress bars on stderr: True, False, or None (when it is a terminal).
+    show_progress: bool | None = False
+    #: Receives the run's progress events; None: quiet (retries go to the client's log).
+    report: Reporter | None = None
+    #: Where the URL and key variables are read (default: the process's environment).
+    environ: Mapping[str, str] | None = None
+    #: An httpx transport to send requests through (tests, proxies).
+    transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None
+    #: Tallies the run's requests (`connector.metrics`).
+    counts: RequestCounts | None = None
 
 
 class RunContext:
@@ -41,25 +67,21 @@ class RunContext:
         client: Client,
         state: JobState,
         destinations: Sequence[Destination],
-        *,
-        dry_run: bool,
-        verify: bool,
+        options: RunOptions,
         emit: Reporter,
-        show_progress: bool | None,
-        placements: Sequence[Placement],
-        listed_rows: dict[str, int],
+        chosen: Chosen,
     ) -> None:
         self.job = job
         self.client = client
         self.state = state
         self.destinations = list(destinations)
-        self.dry_run = dry_run
-        self.verify = verify
+        self.dry_run = options.dry_run
+        self.verify = options.verify
         self.emit = emit
-        self.show_progress = show_progress
+        self.show_progress = options.show_progress
         #: Each destination's names for the tables (`connector.jobs.choose.Placement`).
-        self.placements = list(placements)
-        self.listed_rows = listed_rows
+        self.placements = chosen.placements
+        self.listed_rows = chosen.listed_rows
         #: Every result so far: a run stopped by a bad key still reports them.
         self.results: list[TableResult] = []
         #: Set while tables run in parallel: one bar for all of them.

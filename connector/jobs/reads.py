@@ -31,7 +31,7 @@ write, written and counted (``late_rows``).
 **Clocks lie.** A row stamped far ahead (a workspace with a wrong clock, an import with odd
 stamps: ``9999-12-31T23:59:59.999999Z``) would take the cursor with it, and no later run
 would read a row created after. So a cursor never passes the server's own clock (the
-``Date`` of the answer to S) plus `connector.jobs.stamps.CLOCK_MARGIN` (the horizon): S is
+``Date`` of the answer to S) plus `connector.stamps.CLOCK_MARGIN` (the horizon): S is
 the newest stamp at or before it (`TableReads.newest`). Rows stamped past it are counted
 and named (`Ahead`, ``ahead_rows``), and every run reads them again, since they are newer
 than any cursor, until the clock passes them: one that changed is written, one that did not
@@ -43,7 +43,7 @@ clock went back) proves nothing about what was read: the table is read in full
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -58,19 +58,19 @@ from connector.errors import ApiValidationError, BadRequest, ServerError
 from connector.extract import Extraction
 from connector.ids import IdSet, hash_ids
 from connector.jobs.spool import Spool
-from connector.jobs.stamps import horizon, iso, micros, parse, stamp_of
 from connector.progress import Progress
 from connector.schema import Table
+from connector.stamps import horizon, iso, micros, parse, stamp_of
 
-__all__ = ["Ahead", "ChangeRead", "TableReads", "counted", "lower_bound"]
+__all__ = ["Ahead", "ReadOutcome", "TableReads", "counted", "lower_bound"]
 
 #: Rows stamped ahead of the server's clock named in the run's note (all are counted).
 AHEAD_NAMED = 3
 
 
 @dataclass(frozen=True)
-class ChangeRead:
-    """What an incremental read found out besides its rows."""
+class ReadOutcome:
+    """What a read found out besides its rows."""
 
     #: The next cursor (S, or the last one when nothing is newer).
     cursor: str
@@ -146,7 +146,7 @@ class TableReads:
 
     def newest(self, filter: Mapping[str, Any]) -> tuple[str | None, datetime | None]:
         """The newest ``updated_at`` among matching rows at or before the horizon (the
-        server's clock plus a margin: `connector.jobs.stamps.horizon`), asked *before*
+        server's clock plus a margin: `connector.stamps.horizon`), asked *before*
         reading them, and the server's clock when it answered.
 
         It becomes the next cursor: a row changed while the read runs gets a later
@@ -207,7 +207,7 @@ class TableReads:
 
     def changes(
         self, cursor: str, settled: str | None, spool: Spool, bar: Progress | None
-    ) -> ChangeRead:
+    ) -> ReadOutcome:
         """Spool the rows changed since L (`lower_bound`)."""
         since = lower_bound(cursor, settled, self.lookback)
         if self.shadowed:
@@ -223,11 +223,11 @@ class TableReads:
         if newest is not None:
             spool.extend(ahead(counted(self.rows(changed), bar)))
         top = max(newest or cursor, cursor)
-        return ChangeRead(top, top, None, self.settled(served_at), ahead)
+        return ReadOutcome(top, top, None, self.settled(served_at), ahead)
 
     def _everything_keep_newer(
         self, cursor: str, since: str, spool: Spool, bar: Progress | None
-    ) -> ChangeRead:
+    ) -> ReadOutcome:
         """The sorted fallback: every matching row through the reader; those newer than L
         are spooled, and every id read is the id pass."""
         if self.shadowed:
@@ -253,7 +253,7 @@ class TableReads:
 
         spool.extend(ahead(newer(counted(self.rows(), bar))))
         top = max(newest or ahead.bounded(spool.cursor) or cursor, cursor)
-        return ChangeRead(top, None, IdSet.of_hashes(ids), self.settled(served_at), ahead)
+        return ReadOutcome(top, None, IdSet.of_hashes(ids), self.settled(served_at), ahead)
 
 
 def counted(batches: Iterable[pa.RecordBatch], bar: Progress | None) -> Iterator[pa.RecordBatch]:
@@ -280,7 +280,7 @@ class Ahead:
         self.named: list[tuple[str, str]] = []
         self._limit = micros(self.bound)
 
-    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Generator[pa.RecordBatch]:
         for batch in batches:
             self.see(batch)
             yield batch
@@ -315,7 +315,7 @@ class Ahead:
 
 
 def _stamp(value: str | None, row_id: str) -> str:
-    """A row's ``updated_at`` as we keep stamps (`connector.jobs.stamps.iso`)."""
+    """A row's ``updated_at`` as we keep stamps (`connector.stamps.iso`)."""
     try:
         return iso(parse(value or ""))
     except ValueError:

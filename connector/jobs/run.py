@@ -36,24 +36,20 @@ in the result (`TableResult.verified`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import ExitStack, nullcontext
 from dataclasses import asdict, replace
 from functools import partial
 from typing import Any
 
-import httpx
-
 from connector.api import Client
-from connector.api.counts import RequestCounts
 from connector.api.retry import RetryEvent
 from connector.destinations import Destination, open_destination
 from connector.errors import ConfigError, ConnectorError
 from connector.jobs.choose import choose
 from connector.jobs.config import Job, PushSpec
-from connector.jobs.context import Reporter, RunContext
+from connector.jobs.context import Reporter, RunContext, RunOptions
 from connector.jobs.schedule import run_tables
-from connector.jobs.stamps import now
 from connector.jobs.state import JobState, RunRecord, load_state, save_state
 from connector.process import (
     interrupt_code,
@@ -62,59 +58,27 @@ from connector.process import (
     stop_signals,
 )
 from connector.results import PushResult, RunSummary, TableResult, outcome
+from connector.stamps import now
 
 __all__ = ["failed_summary", "interrupted_summary", "run_job"]
 
 
-def run_job(
-    job: Job,
-    *,
-    dry_run: bool = False,
-    wait: float = 0.0,
-    report: Reporter | None = None,
-    environ: Mapping[str, str] | None = None,
-    transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
-    verify: bool = False,
-    show_progress: bool | None = False,
-    counts: RequestCounts | None = None,
-) -> RunSummary:
-    """Run `job` once. Raises ConfigError / JobLocked before doing anything; API and
-    destination failures are reported in the summary (status failed or partial).
-
-    `verify` compares every row with the server and repairs (see the module docstring); a
-    job's ``verify_every`` turns it on every Nth run. `show_progress`: bars on stderr (None:
-    when it is a terminal). `counts` tallies the run's requests (`connector.metrics`).
-    """
-    emit: Reporter = report or _quiet
-    base_url, key = job.source.resolve(environ, one_shot=job.one_shot, job_file=job.path)
-    # Retry waits go to the reporter as `retry` events; without one, to the client's default
-    # (the connector.api.retry log, which the CLI prints as lines).
-    on_retry = None if report is None else (lambda event: emit("retry", **event.as_dict()))
+def run_job(job: Job, options: RunOptions | None = None) -> RunSummary:
+    """Run `job` once, as `options` say (`RunOptions`; default: quietly, for real). Raises
+    ConfigError / JobLocked before doing anything; API and destination failures are
+    reported in the summary (status failed or partial)."""
+    options = options or RunOptions()
+    base_url, key = job.source.resolve(options.environ, one_shot=job.one_shot, job_file=job.path)
     with stop_signals():
-        return _Runner(job, base_url, key, dry_run, emit, transport, verify, show_progress,
-                       on_retry, counts).run(wait)
+        return _Runner(job, options, base_url, key).run()
 
 
 class _Runner:
     """One run of a job: the lock, the state, the destinations, the client, the summary."""
 
-    def __init__(
-        self,
-        job: Job,
-        base_url: str,
-        key: str,
-        dry_run: bool,
-        emit: Reporter,
-        transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None,
-        verify: bool,
-        show_progress: bool | None,
-        on_retry: Callable[[RetryEvent], None] | None,
-        counts: RequestCounts | None,
-    ) -> None:
-        self.job, self.base_url, self.key = job, base_url, key
-        self.dry_run, self.emit, self.transport = dry_run, emit, transport
-        self.verify, self.show_progress, self.on_retry = verify, show_progress, on_retry
-        self.counts = counts
+    def __init__(self, job: Job, options: RunOptions, base_url: str, key: str) -> None:
+        self.job, self.options, self.base_url, self.key = job, options, base_url, key
+        self.emit: Reporter = options.report or _quiet
         self.started, self.began = now(), time.monotonic()
         self.tables: list[TableResult] = []
         self.pushes: list[PushResult] = []
@@ -123,8 +87,19 @@ class _Runner:
         self.pushing: PushSpec | None = None  # the push in flight
         self.error_code: int | None = None  # of the error that stopped the run
 
-    def run(self, wait: float) -> RunSummary:
-        job = self.job
+    @property
+    def dry_run(self) -> bool:
+        return self.options.dry_run
+
+    def _on_retry(self) -> Callable[[RetryEvent], None] | None:
+        """Retry waits go to the reporter as `retry` events; without one, to the client's
+        default (the connector.api.retry log, which the CLI prints as lines)."""
+        if self.options.report is None:
+            return None
+        return lambda event: self.emit("retry", **event.as_dict())
+
+    def run(self) -> RunSummary:
+        job, wait = self.job, self.options.wait
         stateful = not job.one_shot and not self.dry_run
         if stateful:
             from connector.jobs.lock import job_lock
@@ -140,7 +115,7 @@ class _Runner:
             with lock:
                 state = JobState() if job.one_shot else _owned_state(job)
                 if job.verify_every and state.runs_since_verify + 1 >= job.verify_every:
-                    self.verify = True
+                    self.options = replace(self.options, verify=True)
                 self.emit("start", job=job.name, dry_run=self.dry_run)
                 try:
                     state = self._everything(state)
@@ -201,9 +176,9 @@ class _Runner:
                 for destination in destinations:
                     _located(job, destination.config.where, destination.check)
             self.client = client = stack.enter_context(Client(
-                self.base_url, self.key, transport=self.transport, max_wait=job.source.max_wait,
-                on_retry=self.on_retry, max_concurrency=job.source.max_concurrency,
-                counts=self.counts,
+                self.base_url, self.key, transport=self.options.transport,
+                max_wait=job.source.max_wait, on_retry=self._on_retry(),
+                max_concurrency=job.source.max_concurrency, counts=self.options.counts,
                 url_source=job.source.url_source(one_shot=job.one_shot, job_file=job.path),
                 key_source=job.source.key_source(one_shot=job.one_shot, job_file=job.path),
             ))
@@ -219,9 +194,7 @@ class _Runner:
                 self.pushing = None
             if chosen is not None:
                 self.context = RunContext(
-                    job, client, state, destinations, dry_run=self.dry_run, verify=self.verify,
-                    emit=self.emit, show_progress=self.show_progress,
-                    placements=chosen.placements, listed_rows=chosen.listed_rows,
+                    job, client, state, destinations, self.options, self.emit, chosen
                 )
                 self.tables = run_tables(self.context, chosen)
                 state = self.context.state
@@ -245,7 +218,7 @@ class _Runner:
             pushes=self.pushes,
             error=error,
             seconds=round(time.monotonic() - self.began, 3),
-            verified=self.verify and not self.dry_run,
+            verified=self.options.verify and not self.dry_run,
             concurrency=limit.peak if limit else 0,
             max_concurrency=limit.maximum if limit else 0,
         )

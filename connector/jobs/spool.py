@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connector.ids import IdSet, hash_ids
-from connector.jobs.stamps import newer
+from connector.stamps import newer
 
 __all__ = ["Spool"]
 

@@ -17,8 +17,8 @@ from typing import Any, get_args
 
 from connector.atomic import atomic_path
 from connector.errors import ConfigError
-from connector.jobs.stamps import iso, parse
 from connector.results import RunStatus
+from connector.stamps import iso, parse
 
 __all__ = ["JobState", "RunRecord", "TableState", "load_state", "save_state"]
 

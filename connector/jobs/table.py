@@ -42,15 +42,15 @@ from connector.ids import IdSet, hash_ids
 from connector.jobs.choose import Filter
 from connector.jobs.context import RunContext
 from connector.jobs.deletions import deleted_ids
-from connector.jobs.reads import Ahead, TableReads, counted, lower_bound
+from connector.jobs.reads import Ahead, ReadOutcome, TableReads, counted, lower_bound
 from connector.jobs.spool import Spool
-from connector.jobs.stamps import EPOCH, micros, newer, now, parse
 from connector.jobs.state import TableState
 from connector.jobs.verify import Digest, batch_digest
 from connector.process import raise_if_stopped
 from connector.progress import progress
 from connector.results import DestinationResult, TableResult, Verified
 from connector.schema import Column, Table
+from connector.stamps import EPOCH, micros, newer, now, parse
 
 __all__ = ["TableSync", "fingerprint"]
 
@@ -132,26 +132,23 @@ class TableSync:
                 if incremental:
                     assert previous is not None and previous.cursor is not None
                     read = self.reads.changes(previous.cursor, previous.settled, spool, bar)
-                    cursor, since, present, settled = read.cursor, read.since, read.present, read.settled
-                    ahead = read.ahead
                 else:
                     newest, served_at = (
                         self.reads.newest_or_none(self.filter) if job.incremental else (None, None)
                     )
                     ahead = self.reads.ahead(served_at)
                     spool.extend(ahead(counted(self.reads.rows(), bar)))
-                    cursor = newest or ahead.bounded(spool.cursor) or EPOCH
-                    since, present = None, spool.ids()
-                    settled = self.reads.settled(served_at)
+                    read = ReadOutcome(
+                        cursor=newest or ahead.bounded(spool.cursor) or EPOCH, since=None,
+                        present=spool.ids(), settled=self.reads.settled(served_at), ahead=ahead,
+                    )
             spool.close()
             if incremental:
                 assert previous is not None and previous.cursor is not None
-                window = self._window(spool, previous.cursor, ahead.bound)
+                window = self._window(spool, previous.cursor, read.ahead.bound)
             with self.context.writing(self.destinations):
-                return self._write(
-                    spool, cursor, settled, previous, ops, changes, incremental=incremental,
-                    since=since, present=present, window=window, ahead=ahead,
-                )
+                return self._write(spool, read, previous, ops, changes,
+                                   incremental=incremental, window=window)
         finally:
             spool.discard()
 
@@ -218,7 +215,10 @@ class TableSync:
         ahead = self.reads.ahead(served_at)
         with self._bar() as bar:
             rows = ahead(tap(counted(self.reads.rows(), bar)))
-            done = self._commit(0, TableChange(destination.config.mode, rows, evolve=ops))
+            try:
+                done = self._commit(0, TableChange(destination.config.mode, rows, evolve=ops))
+            finally:
+                rows.close()  # a refused write leaves the read unfinished: end it here
         if done.status == "failed":
             return self._failed([done], read="full", rows_read=tap.rows, schema_changes=changes,
                                 ahead_rows=self._ahead_rows(ahead))
@@ -260,27 +260,24 @@ class TableSync:
     def _write(
         self,
         spool: Spool,
-        cursor: str,
-        settled: str | None,
+        outcome: ReadOutcome,
         previous: TableState | None,
         ops: tuple[SchemaOp, ...],
         changes: tuple[str, ...],
         *,
         incremental: bool,
-        since: str | None,
-        present: IdSet | None,
         window: pa.Table | None,
-        ahead: Ahead,
     ) -> TableResult:
         """Apply what was read to every destination, then advance the table's state."""
         job = self.job
+        cursor, settled, ahead = outcome.cursor, outcome.settled, outcome.ahead
         merges = self._merges(incremental)
         if job.deletes == "keep":
             rows, gone = None, [no_ids() for _ in self.destinations]
         else:
             rows, gone = deleted_ids(
                 self.reads, self.placed, self.destinations, merges, spool,
-                since=since, present=present,
+                since=outcome.since, present=outcome.present,
             )
         unchanged = [self._unchanged(window, d, t, previous) if merge else None
                      for d, t, merge in zip(self.destinations, self.placed, merges, strict=True)]

@@ -11,7 +11,7 @@ destination gave it on the way back (SQLite's naive timestamps, DuckDB's dates).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from typing import Any
 
 import numpy as np
@@ -20,11 +20,9 @@ import pyarrow as pa
 from connector.arrays import arrow_ints, arrow_mask, concat_ids, no_ids, string_array
 from connector.ids import IdSet, hash_ids
 from connector.jobs.spool import Spool
+from connector.stamps import micros_of
 
 __all__ = ["Digest", "batch_digest"]
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _norm(value: Any) -> Any:
@@ -36,15 +34,10 @@ def _norm(value: Any) -> Any:
     if isinstance(value, int):
         return float(value)
     if isinstance(value, datetime):
-        if value.tzinfo is None:  # SQLite hands back UTC timestamps without a zone
-            value = value.replace(tzinfo=UTC)
-        return (value - _EPOCH) // _MICROSECOND
+        return micros_of(value)  # SQLite hands back UTC timestamps without a zone
     if isinstance(value, date):
         return value.isoformat()
     return str(value)
-
-
-_MICROSECOND = datetime.resolution
 
 
 def digest(ids: Sequence[str], columns: Sequence[Sequence[Any]]) -> pa.Table:

@@ -250,10 +250,10 @@ def _drive_push(
     def body() -> Any:
         import time
 
-        from connector.jobs.stamps import now
         from connector.process import interrupt_code
         from connector.push.report import reported
         from connector.results import PushResult, RunSummary, outcome
+        from connector.stamps import now
 
         started, began = now(), time.monotonic()
         client: Any = None

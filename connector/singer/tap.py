@@ -32,10 +32,10 @@ from connector.errors import PermissionDenied
 from connector.extract import Extraction
 from connector.extras import require
 from connector.jobs.config import DEFAULT_LOOKBACK
-from connector.jobs.stamps import iso
 from connector.naming import NameRules, assign
 from connector.schema import Table, arrow_schema
 from connector.singer import NAME
+from connector.stamps import iso
 from connector.tables import select
 
 if TYPE_CHECKING:

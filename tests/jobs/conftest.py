@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from connector.jobs.config import load_job
+from connector.jobs.context import RunOptions
 from connector.jobs.run import run_job
 from connector.results import RunSummary
 from tests.fixtures.server import RunningServer
@@ -66,7 +67,7 @@ class Workspace:
         return path
 
     def run(self, path: Path, **options: Any) -> RunSummary:
-        return run_job(load_job(path), environ=self.environ, **options)
+        return run_job(load_job(path), RunOptions(environ=self.environ, **options))
 
     def api(self, method: str, path: str, **kwargs: Any) -> Any:
         with self.server.client() as http:

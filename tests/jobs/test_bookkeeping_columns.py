@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from connector.jobs.config import load_job
+from connector.jobs.context import RunOptions
 from connector.jobs.run import run_job
 from connector.results import TableResult
 from tests.destinations.helpers import Place
@@ -71,7 +72,7 @@ def test_columns_named_like_ours_survive_full_incremental_and_deletion_runs(
     environ = {"CONNECTOR_BASE_URL": server.base_url, "JOB_KEY": server.api_key}
 
     def sync(expect_read: str) -> TableResult:
-        summary = run_job(load_job(job), environ=environ)
+        summary = run_job(load_job(job), RunOptions(environ=environ))
         assert summary.status == "ok", summary
         [table] = summary.tables
         assert table.read == expect_read, table

@@ -20,6 +20,7 @@ import pytest
 
 from connector.destinations import DestinationConfig
 from connector.jobs.config import one_shot_job
+from connector.jobs.context import RunOptions
 from connector.jobs.run import run_job
 from connector.results import RunSummary
 from tests.fixtures.server import ROOT, RunningServer, ServerFactory
@@ -71,7 +72,7 @@ def many_tables(server_factory: ServerFactory, **options: Any) -> tuple[RunningS
 def run(server: RunningServer, destination: DestinationConfig, transport: httpx.AsyncBaseTransport) -> RunSummary:
     job = one_shot_job("export", destination)
     environ = {"CONNECTOR_BASE_URL": server.base_url, "CONNECTOR_API_KEY": server.api_key}
-    return run_job(job, environ=environ, transport=transport)
+    return run_job(job, RunOptions(environ=environ, transport=transport))
 
 
 def expected(name: str) -> list[tuple[float, str]]:

@@ -17,6 +17,7 @@ import pytest
 
 from connector.errors import ConfigError, ExitCode
 from connector.jobs.config import Source, load_job
+from connector.jobs.context import RunOptions
 from connector.jobs.run import run_job
 from tests.fixtures.server import free_port
 from tests.jobs.conftest import MakeWorkspace, Proxy, Workspace
@@ -93,9 +94,8 @@ def test_a_table_that_fails_has_its_line_and_event_and_the_run_goes_on(
 
     events: list[tuple[str, dict[str, object]]] = []
     summary = run_job(
-        load_job(job), environ=workspace.environ, transport=proxy(refuse_people_rows),
-        report=lambda event, **fields: events.append((event, fields)),
-    )  # fmt: skip
+        load_job(job), RunOptions(environ=workspace.environ, transport=proxy(refuse_people_rows),
+        report=lambda event, **fields: events.append((event, fields))))  # fmt: skip
 
     assert (summary.status, summary.exit_code) == ("failed", ExitCode.FAILED)
     reported = {f["table"]: f for e, f in events if e == "table"}
@@ -262,8 +262,8 @@ def test_a_push_failing_part_way_counts_what_it_wrote(
                                                             "message": "key revoked"}})
         return None
 
-    summary = run_job(load_job(job), environ=workspace.environ,
-                      transport=proxy(fail_the_second_create))
+    summary = run_job(load_job(job), RunOptions(environ=workspace.environ,
+                      transport=proxy(fail_the_second_create)))
 
     (push,) = summary.pushes
     assert push.status == "failed" and push.error is not None

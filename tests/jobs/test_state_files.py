@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 
 from connector.errors import ConfigError, ExitCode
 from connector.jobs.reads import lower_bound
-from connector.jobs.stamps import micros, parse
 from connector.jobs.state import JobState, RunRecord, TableState, load_state, save_state
 from connector.schema import Column
+from connector.stamps import micros, parse
 from tests.fixtures.server import ROOT
 
 JOB = (

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from connector.api import Client
 from connector.errors import ConfigError
 from connector.jobs.config import load_job
+from connector.jobs.context import RunOptions
 from connector.jobs.run import run_job
 from connector.jobs.state import load_state
 from connector.results import RunSummary, TableResult
@@ -225,7 +226,7 @@ def test_a_table_the_key_cannot_read_makes_the_run_partial(
         f'[tables]\ninclude = ["People", "{workspace.notes}"]\n[[destination]]\nparquet = "pq"\n'
     )
 
-    summary = run_job(load_job(job), environ={**workspace.environ, "JOB_KEY": scoped})
+    summary = run_job(load_job(job), RunOptions(environ={**workspace.environ, "JOB_KEY": scoped}))
 
     assert (summary.status, summary.exit_code) == ("partial", 3)
     assert result(summary, "People").status == "ok"
@@ -235,9 +236,7 @@ def test_a_table_the_key_cannot_read_makes_the_run_partial(
 
 def test_a_bad_key_fails_the_run_with_a_summary(workspace: Workspace, tmp_path: Path) -> None:
     summary = run_job(
-        load_job(workspace.job('[[destination]]\nparquet = "pq"\n')),
-        environ={**workspace.environ, "JOB_KEY": "wrong"},
-    )
+        load_job(workspace.job('[[destination]]\nparquet = "pq"\n')), RunOptions(environ={**workspace.environ, "JOB_KEY": "wrong"}))
 
     assert (summary.status, summary.exit_code) == ("failed", 2)  # a refused key: configuration
     assert summary.error is not None and "401" in summary.error

@@ -20,6 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 from connector.jobs.config import load_job
+from connector.jobs.context import RunOptions
 from connector.jobs.run import run_job
 from connector.results import RunSummary
 from tests.jobs.conftest import MakeWorkspace, Workspace, person
@@ -103,7 +104,7 @@ def job_file(ws: Workspace, destinations: str, *, page_size: int) -> Path:
 
 
 def run(ws: Workspace, job: Path) -> RunSummary:
-    summary = run_job(load_job(job), environ=ws.environ)
+    summary = run_job(load_job(job), RunOptions(environ=ws.environ))
     assert summary.status == "ok", summary
     return summary
 

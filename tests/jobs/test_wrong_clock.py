@@ -26,6 +26,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from connector import Workspace as Library
 from connector.destinations.registry import make_config
 from connector.jobs.config import one_shot_job
+from connector.jobs.context import RunOptions
 from connector.jobs.run import run_job
 from connector.results import RunSummary, TableResult, Verified
 from connector.schema import Table
@@ -320,7 +321,7 @@ def test_where_every_row_is_ahead_the_clock_is_the_cursor(
 def export_csv(ws: Workspace, folder: Path) -> RunSummary:
     destination = make_config("csv", str(folder), mode="replace", where="--out", base=folder)
     environ = {"CONNECTOR_BASE_URL": ws.server.base_url, "CONNECTOR_API_KEY": ws.server.api_key}
-    return run_job(one_shot_job("export", destination, tables=["People"]), environ=environ)
+    return run_job(one_shot_job("export", destination, tables=["People"]), RunOptions(environ=environ))
 
 
 def test_a_csv_export_holds_stamps_ahead_and_of_year_1_as_the_server_does(

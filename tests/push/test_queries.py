@@ -19,6 +19,7 @@ from click.testing import CliRunner, Result
 from connector.cli import main
 from connector.errors import ConfigError, ExitCode, SourceError, ValidationReport
 from connector.jobs.config import load_job
+from connector.jobs.context import RunOptions
 from connector.jobs.run import run_job
 from connector.push import Query, push
 from tests.fixtures.s3 import S3Bucket
@@ -309,8 +310,8 @@ def test_a_job_pushes_a_query(inproc: InProcess, tmp_path: Path, server: Running
     spec = load_job(job).pushes[0]
     assert (spec.file, spec.db) == (None, f"sqlite:///{tmp_path / 'shop.db'}")  # beside the job
 
-    summary = run_job(load_job(job), environ={"KEY": server.api_key,
-                                              "CONNECTOR_BASE_URL": server.base_url})
+    summary = run_job(load_job(job), RunOptions(environ={"KEY": server.api_key,
+                                              "CONNECTOR_BASE_URL": server.base_url}))
 
     assert summary.status == "ok", summary
     assert summary.pushes[0].created == 3 and summary.pushes[0].file == f"query on {spec.db}"
@@ -339,4 +340,4 @@ def test_a_job_query_the_database_refuses_stops_the_run_naming_the_key(
     job.write_text('[source]\napi_key_env = "KEY"\n[[push]]\ntable = "T"\nkey = "Sku"\n'
                    'db = "sqlite:///shop.db"\nsql = "SELECT * FROM nope"\n')
     with pytest.raises(ConfigError, match=r"job\.toml: push\[0\]: sql: the database refused"):
-        run_job(load_job(job), environ={"KEY": server.api_key, "CONNECTOR_BASE_URL": server.base_url})
+        run_job(load_job(job), RunOptions(environ={"KEY": server.api_key, "CONNECTOR_BASE_URL": server.base_url}))

@@ -15,7 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 __all__ = [
-    "CLOCK_MARGIN", "EPOCH", "horizon", "iso", "micros", "newer", "now", "parse", "stamp_of",
+    "CLOCK_MARGIN", "EPOCH", "horizon", "iso", "micros", "micros_of", "newer", "now", "parse",
+    "stamp_of",
 ]
 
 #: The cursor of a table that was empty when synced: every row is newer.
@@ -53,7 +54,14 @@ def parse(stamp: str) -> datetime:
 def micros(stamp: str) -> int:
     """UTC microseconds of an API timestamp, to compare with stamps cast to integers (a
     time-zone-aware Arrow scalar made from a datetime makes pyarrow import pandas)."""
-    return (parse(stamp) - _EPOCH) // timedelta(microseconds=1)
+    return micros_of(parse(stamp))
+
+
+def micros_of(value: datetime) -> int:
+    """UTC microseconds since the epoch of `value` (a time without a zone taken as UTC):
+    how every path compares a time with stamps held as integers."""
+    stamp = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return (stamp - _EPOCH) // timedelta(microseconds=1)
 
 
 def stamp_of(micros: int) -> str:
