@@ -104,10 +104,6 @@ def raise_if_stopped() -> None:
         raise _stopped
 
 
-def stopped() -> bool:
-    return _stopped is not None
-
-
 def use_system_allocator() -> None:
     """Make Arrow allocate with the C library's malloc in this process (the CLI commands do).
 

@@ -34,7 +34,7 @@ import pyarrow as pa
 from connector.arrays import arrow_mask, int64_values, no_ids
 from connector.destinations.registry import Capabilities, DeletePolicy, DestinationConfig, kind
 from connector.modes import WriteMode
-from connector.schema import META_COLUMN_TYPE, META_SYSTEM, Table, arrow_schema
+from connector.schema import META_SYSTEM, Table, arrow_schema
 from connector.stamps import micros_of
 
 if TYPE_CHECKING:
@@ -182,12 +182,6 @@ def open_destination(config: DestinationConfig) -> Destination:
 def system_kind(field_: pa.Field) -> str | None:
     """``id``, ``created_at`` or ``updated_at`` for a system field of a rows schema."""
     value = (field_.metadata or {}).get(META_SYSTEM)
-    return value.decode() if value else None
-
-
-def column_kind(field_: pa.Field) -> str | None:
-    """The API column type a rows-schema field was made from (`connector.schema`)."""
-    value = (field_.metadata or {}).get(META_COLUMN_TYPE)
     return value.decode() if value else None
 
 

@@ -116,7 +116,7 @@ class IcebergDestination:
     """The Iceberg tables of one catalog, one per table, in `NAMESPACE`."""
 
     def __init__(self, config: DestinationConfig) -> None:
-        self.pyiceberg = require("pyiceberg", _FEATURE)
+        require("pyiceberg", _FEATURE)  # MissingExtra now, naming the extra
         self.config = config
         self.capabilities = kind("iceberg").capabilities
         if config.catalog is None and is_remote(config.target):

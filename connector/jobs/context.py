@@ -91,9 +91,6 @@ class RunContext:
         self.halt = threading.Event()
         self._held = {id(d): threading.Lock() for d in self.destinations}
         self._lock = threading.Lock()  # results, state and events, shared by the threads
-        #: State changes not yet written (an unchanged table's settled window), saved with
-        #: the next write of the state file.
-        self._unsaved = False
 
     def targets(self, table: Table) -> list[Target]:
         """`table` in each destination: its rows and its name there."""
@@ -127,7 +124,6 @@ class RunContext:
             self.state = self.state.with_table(table)
             if now:
                 save_state(self.job.state_path, self.state)
-            self._unsaved = not now
 
     @contextmanager
     def writing(self, destinations: Sequence[Destination]) -> Iterator[None]:

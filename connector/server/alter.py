@@ -100,7 +100,7 @@ class Altered:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Alteration:
     """A change worked out on one table: its columns after, and for each the column before
     whose cells it takes (None: a new column)."""
 
@@ -128,7 +128,7 @@ class Plan:
         return fields, emptied
 
 
-def plan(table: TableDef, change: ColumnChange) -> Plan:
+def plan(table: TableDef, change: ColumnChange) -> Alteration:
     """Work out `change` on `table`; SpecError naming what is wrong, nothing else done."""
     columns = list(table.columns)
     sources: list[ColumnDef | None] = list(columns)
@@ -141,7 +141,7 @@ def plan(table: TableDef, change: ColumnChange) -> Plan:
             raw["options"] = list(change.options)
         new = parse_column(raw, f"{where}: new column")
         new = dataclasses.replace(new, id=_free_id(new.id, {c.id for c in columns}))
-        return Plan(dataclasses.replace(table, columns=(*columns, new)), (*sources, None),
+        return Alteration(dataclasses.replace(table, columns=(*columns, new)), (*sources, None),
                     f"added column {new.name!r} ({_kind(new)}, id {new.id})")
     i, old = _find(table, change.name)
     if isinstance(change, RenameColumn):
@@ -172,7 +172,7 @@ def plan(table: TableDef, change: ColumnChange) -> Plan:
             raise SpecError(f"{where}: {old.name!r} is its only column; a table keeps at least one")
         del columns[i], sources[i]
         summary = f"dropped column {old.name!r} (id {old.id})"
-    return Plan(dataclasses.replace(table, columns=tuple(columns)), tuple(sources), summary)
+    return Alteration(dataclasses.replace(table, columns=tuple(columns)), tuple(sources), summary)
 
 
 # -- converting cells -------------------------------------------------------------------
