@@ -15,6 +15,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
+
+from connector.stamps import stamp_of
 
 __all__ = [
     "arrow_ints",
@@ -24,6 +27,7 @@ __all__ = [
     "float_array",
     "from_buffers",
     "int64_values",
+    "newer",
     "no_ids",
     "string_array",
 ]
@@ -132,3 +136,13 @@ def concat_ids(arrays: Iterable[pa.Array]) -> pa.Array:
     """The ids of `arrays` as one array (an empty one when there are none)."""
     chunks = [a for a in arrays if len(a)]
     return pa.concat_arrays(chunks) if chunks else no_ids()
+
+
+def newer(cursor: str | None, stamps: pa.Array | pa.ChunkedArray) -> str | None:
+    """The later of `cursor` and the newest of `stamps` (UTC microseconds). Read as integers:
+    a time-zone-aware timestamp scalar's `as_py` would make pyarrow import pandas."""
+    micros = pc.max(stamps.cast(pa.int64())).as_py() if len(stamps) else None
+    if micros is None:
+        return cursor
+    stamp = stamp_of(micros)
+    return max(cursor or stamp, stamp)

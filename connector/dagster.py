@@ -44,6 +44,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from connector.api import Client
 from connector.errors import ConfigError, ConnectorError
 from connector.extras import require
 from connector.jobs.config import Job, PushSpec, load_job
@@ -51,6 +52,7 @@ from connector.jobs.context import RunOptions
 from connector.jobs.run import run_job
 from connector.reporting import describe_event
 from connector.results import RunSummary
+from connector.tables import selected_ids
 
 if TYPE_CHECKING:
     import dagster as dg
@@ -129,8 +131,6 @@ def _tables(job: Job) -> list[_TableAsset]:
             _TableAsset(_name(v), v, frozenset({v.casefold()}))
             for v in dict.fromkeys(selection.include)
         ]
-    from connector.api import Client
-    from connector.tables import selected_ids
 
     try:
         base_url, key = job.source.resolve(job_file=job.path)

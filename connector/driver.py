@@ -24,7 +24,9 @@ from typing import NoReturn
 import click
 
 from connector.errors import ConnectorError
+from connector.process import exit_now, stop_signals, use_system_allocator
 from connector.results import RunSummary
+from connector.stamps import now
 
 __all__ = ["drive", "print_json"]
 
@@ -48,10 +50,6 @@ def drive(
     (sync's ``--log-format json``), which hears of a run stopped before it began as its last
     event; the stop then prints no line of its own. `ended` hears of the summary the
     command ends with, whichever it is, before it is printed (sync's metrics file)."""
-    from connector.jobs.run import failed_summary, interrupted_summary
-    from connector.process import exit_now, stop_signals, use_system_allocator
-    from connector.stamps import now
-
     started, began = now(), time.monotonic()
     made: RunSummary | None = None
     with stop_signals():
@@ -59,7 +57,7 @@ def drive(
             use_system_allocator()
             summary = body()
         except ConnectorError as exc:  # before the run could report: a flag, a file, the lock
-            made = failed_summary(
+            made = RunSummary.failed(
                 name(), exc, started_at=started, seconds=round(time.monotonic() - began, 3),
                 dry_run=dry_run, destinations=list(destinations),
             )
@@ -69,7 +67,7 @@ def drive(
                 print_json(made, indent)
             raise
         except KeyboardInterrupt as exc:  # before the run began (a lock wait): nothing done
-            summary = made = interrupted_summary(
+            summary = made = RunSummary.interrupted(
                 name(), exc, started_at=started, seconds=round(time.monotonic() - began, 3),
                 dry_run=dry_run, destinations=list(destinations),
             )

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
+import re
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -283,8 +285,6 @@ def _inexact(table: Table, column: Column, row_id: Any, exc: Inexact) -> Inexact
 
 def _toml_key(name: str) -> str:
     """A name as a TOML key: bare when it can be, quoted otherwise."""
-    import json
-    import re
 
     return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
 

@@ -12,7 +12,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from connector.errors import ExitCode
+from connector.errors import ConnectorError, ExitCode
+from connector.process import interrupt_code, interrupt_message
+from connector.stamps import now
 
 __all__ = [
     "STATUSES",
@@ -180,6 +182,32 @@ class RunSummary:
     #: was made (a bad job file, a missing key).
     concurrency: int = 0
     max_concurrency: int = 0
+
+    @classmethod
+    def failed(
+        cls, job: str, exc: ConnectorError, *, started_at: str, seconds: float = 0.0,
+        dry_run: bool = False, destinations: Sequence[str] = (),
+    ) -> RunSummary:
+        """The summary of a command that failed before it ran (a bad job file, a flag, the
+        lock)."""
+        return cls(
+            job=job, status="failed", exit_code=int(exc.exit_code), dry_run=dry_run,
+            started_at=started_at, finished_at=now(), state_file=None,
+            destinations=list(destinations), error=str(exc), seconds=seconds,
+        )
+
+    @classmethod
+    def interrupted(
+        cls, job: str, exc: BaseException, *, started_at: str, seconds: float = 0.0,
+        dry_run: bool = False, destinations: Sequence[str] = (),
+    ) -> RunSummary:
+        """The summary of a run stopped by `exc` (Ctrl-C or `Terminated`) before `run_job`
+        could report it (a command stopped while it parsed or waited)."""
+        return cls(
+            job=job, status="interrupted", exit_code=interrupt_code(exc), dry_run=dry_run,
+            started_at=started_at, finished_at=now(), state_file=None,
+            destinations=list(destinations), error=interrupt_message(exc), seconds=seconds,
+        )
 
     def count(self, status: Status) -> int:
         return sum(t.status == status for t in self.tables)

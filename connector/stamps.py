@@ -11,12 +11,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
 __all__ = [
-    "CLOCK_MARGIN", "EPOCH", "horizon", "iso", "micros", "micros_of", "newer", "now", "parse",
-    "stamp_of",
+    "CLOCK_MARGIN", "EPOCH", "horizon", "iso", "micros", "micros_of", "now", "parse", "stamp_of",
 ]
 
 #: The cursor of a table that was empty when synced: every row is newer.
@@ -78,13 +74,3 @@ def horizon(clock: datetime | None) -> str:
     when it sent none) plus `CLOCK_MARGIN`. A cursor never passes it."""
     base = clock if clock is not None else datetime.now(UTC)
     return iso(base + CLOCK_MARGIN if base < _LAST - CLOCK_MARGIN else _LAST)
-
-
-def newer(cursor: str | None, stamps: pa.Array | pa.ChunkedArray) -> str | None:
-    """The later of `cursor` and the newest of `stamps` (UTC microseconds). Read as integers:
-    a time-zone-aware timestamp scalar's `as_py` would make pyarrow import pandas."""
-    micros = pc.max(stamps.cast(pa.int64())).as_py() if len(stamps) else None
-    if micros is None:
-        return cursor
-    stamp = stamp_of(micros)
-    return max(cursor or stamp, stamp)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import traceback
 
 from connector.errors import ConfigError
 
@@ -170,7 +171,6 @@ class RedactingFilter(logging.Filter):
         if clean != message:
             record.msg, record.args = clean, None
         if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
-            import traceback
 
             record.exc_text = redact("".join(traceback.format_exception(*record.exc_info)))
             record.exc_text = record.exc_text.rstrip("\n")

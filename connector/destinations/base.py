@@ -30,9 +30,12 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from connector.arrays import arrow_mask, int64_values, no_ids
+from connector.destinations.arrow import plain_type
 from connector.destinations.registry import Capabilities, DeletePolicy, DestinationConfig, kind
+from connector.errors import ConnectorError, DestinationError
 from connector.modes import WriteMode
 from connector.schema import META_SYSTEM, Table, arrow_schema
 from connector.stamps import micros_of
@@ -188,7 +191,6 @@ def system_kind(field_: pa.Field) -> str | None:
 def fits(stored: pa.Schema, target: Target) -> bool:
     """Whether a held table has exactly the target's columns with their kinds of values (a
     mark column aside): if not, a column was added, dropped or retyped since it was written."""
-    from connector.destinations.arrow import plain_type
 
     def kinds(schema: pa.Schema) -> dict[str, pa.DataType]:
         return {
@@ -213,7 +215,6 @@ class LiveRows:
         self.columns = [self.mark] * self.marks + ([self.updated] if self.updated else [])
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        import pyarrow.compute as pc
 
         keep = None
         if self.marks:
@@ -260,7 +261,6 @@ def library_errors(what: str) -> Iterator[None]:
     """A library's exceptions become one `DestinationError` line, ``<what> failed: ...``
     (at most 300 characters); our own errors pass as they are, and a failure of the change's
     rows (`own_errors`) is re-raised as itself."""
-    from connector.errors import ConnectorError, DestinationError
 
     try:
         yield

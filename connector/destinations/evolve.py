@@ -24,9 +24,11 @@ longer serves (rows marked deleted, rows an append keeps).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -296,7 +298,6 @@ def _to_number(values: pa.Array, to: pa.DataType) -> pa.Array:
 
 def _numbers_one_by_one(texts: pa.Array, to: pa.DataType) -> pa.Array:
     """`_to_number` for a column where some text does not convert: each on its own."""
-    from decimal import Decimal, InvalidOperation
 
     out: list[str | None] = []
     for text in texts.to_pylist():
@@ -346,7 +347,6 @@ def _to_date(values: pa.Array) -> pa.Array:
 
 
 def _dates_one_by_one(texts: pa.Array) -> pa.Array:
-    import datetime as dt
 
     out: list[dt.date | None] = []
     for text in texts.to_pylist():

@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
+from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -251,7 +252,6 @@ def as_text(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 def _decimal_text(column: pa.Array) -> pa.Array:
     """Decimals as plain digits with their scale's places (``0.000000000``, not ``0E-9``)."""
-    from decimal import Decimal
 
     text = column.cast(pa.string())
     scientific = pc.fill_null(pc.match_substring(text, "E"), False)

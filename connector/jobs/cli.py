@@ -436,10 +436,9 @@ def _refuse(message: str, option: str, as_json: bool) -> NoReturn:
 
 
 def _refused_json(command: str, message: str) -> None:
-    from connector.jobs.run import failed_summary
     from connector.stamps import now
 
-    print_json(failed_summary(command, ConfigError(message), started_at=now()))
+    print_json(RunSummary.failed(command, ConfigError(message), started_at=now()))
 
 
 def _one_shot(ctx: click.Context, command: str, destination: Any, selection: Any,

@@ -9,7 +9,7 @@ from typing import Any, cast
 
 from connector.errors import ConfigError
 from connector.jobs.jobfile import JobFile, Section, kind
-from connector.locations import DatabaseUrl
+from connector.locations import DatabaseUrl, check_location, is_remote
 from connector.modes import MERGED_CELLS, PUSH_MODES, PUSH_SUFFIXES, MergedCells, PushMode
 
 __all__ = ["PushSpec", "parse_pushes"]
@@ -105,7 +105,6 @@ def _push(job: JobFile, data: Any, where: str) -> PushSpec:
 def _push_file(job: JobFile, file: str, where: str) -> Path | str:
     """A push's file: a spreadsheet or Parquet file, a folder of Parquet files (relative
     to the job file), or an object storage URL."""
-    from connector.locations import check_location, is_remote
 
     if is_remote(file):
         try:

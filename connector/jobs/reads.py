@@ -58,6 +58,7 @@ from connector.errors import ApiValidationError, BadRequest, ServerError
 from connector.extract import Extraction
 from connector.ids import IdSet, hash_ids
 from connector.jobs.spool import Spool
+from connector.process import raise_if_stopped
 from connector.progress import Progress
 from connector.schema import Table
 from connector.stamps import horizon, iso, micros, parse, stamp_of
@@ -258,7 +259,6 @@ class TableReads:
 
 def counted(batches: Iterable[pa.RecordBatch], bar: Progress | None) -> Iterator[pa.RecordBatch]:
     """Batches passed on, each counted on `bar`; a stop asked for is raised between them."""
-    from connector.process import raise_if_stopped
 
     for batch in batches:
         raise_if_stopped()  # a table thread sees a stop at its next batch

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from contextlib import ExitStack, nullcontext
 from dataclasses import asdict, replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from connector.api import Client
@@ -49,6 +50,7 @@ from connector.errors import ConfigError, ConnectorError
 from connector.jobs.choose import choose
 from connector.jobs.config import Job, PushSpec
 from connector.jobs.context import Reporter, RunContext, RunOptions
+from connector.jobs.lock import job_lock
 from connector.jobs.schedule import run_tables
 from connector.jobs.state import JobState, RunRecord, load_state, save_state
 from connector.process import (
@@ -60,7 +62,7 @@ from connector.process import (
 from connector.results import PushResult, RunSummary, TableResult, outcome
 from connector.stamps import now
 
-__all__ = ["failed_summary", "interrupted_summary", "run_job"]
+__all__ = ["run_job"]
 
 
 def run_job(job: Job, options: RunOptions | None = None) -> RunSummary:
@@ -102,7 +104,6 @@ class _Runner:
         job, wait = self.job, self.options.wait
         stateful = not job.one_shot and not self.dry_run
         if stateful:
-            from connector.jobs.lock import job_lock
 
             def waiting(holder: str) -> None:
                 self.emit("waiting", job=job.name, seconds=wait, holder=holder.strip())
@@ -226,7 +227,6 @@ class _Runner:
 
 def _owned_state(job: Job) -> JobState:
     """The job's state; a state file another job file of the same name keeps is refused."""
-    from pathlib import Path
 
     state = load_state(job.state_path)
     other = state.job_file
@@ -247,31 +247,6 @@ def _located(job: Job, where: str, call: Callable[[], Any]) -> Any:
         if job.one_shot:
             raise
         raise exc.where(f"{job.path}: {where}: ") from None
-
-
-def interrupted_summary(
-    job: str, exc: BaseException, *, started_at: str, seconds: float = 0.0,
-    dry_run: bool = False, destinations: list[str] | None = None,
-) -> RunSummary:
-    """The summary of a run stopped by `exc` (Ctrl-C or `Terminated`) before `run_job`
-    could report it (for a command stopped while it parsed or waited)."""
-    return RunSummary(
-        job=job, status="interrupted", exit_code=interrupt_code(exc), dry_run=dry_run,
-        started_at=started_at, finished_at=now(), state_file=None,
-        destinations=destinations or [], error=interrupt_message(exc), seconds=seconds,
-    )
-
-
-def failed_summary(
-    job: str, exc: ConnectorError, *, started_at: str, seconds: float = 0.0,
-    dry_run: bool = False, destinations: list[str] | None = None,
-) -> RunSummary:
-    """The summary of a command that failed before it ran (a bad job file, a flag, the lock)."""
-    return RunSummary(
-        job=job, status="failed", exit_code=int(exc.exit_code), dry_run=dry_run,
-        started_at=started_at, finished_at=now(), state_file=None,
-        destinations=destinations or [], error=str(exc), seconds=seconds,
-    )
 
 
 def _push(client: Client, job: Job, spec: PushSpec, dry_run: bool, emit: Reporter) -> PushResult:

@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from connector.arrays import newer
 from connector.ids import IdSet, hash_ids
-from connector.stamps import newer
 
 __all__ = ["Spool"]
 

@@ -33,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from connector.arrays import arrow_ints, arrow_mask, concat_ids, int64_values, no_ids
+from connector.arrays import arrow_ints, arrow_mask, concat_ids, int64_values, newer, no_ids
 from connector.destinations import TableChange, Target
 from connector.destinations.base import fits
 from connector.destinations.evolve import SchemaOp, columns_of, describe, diff
@@ -50,7 +50,7 @@ from connector.process import raise_if_stopped
 from connector.progress import progress
 from connector.results import DestinationResult, TableResult, Verified
 from connector.schema import Column, Table
-from connector.stamps import EPOCH, micros, newer, now, parse
+from connector.stamps import EPOCH, micros, now, parse
 
 __all__ = ["TableSync", "fingerprint"]
 
