@@ -63,7 +63,7 @@ from connector.destinations.formats import ROW_GROUP_ROWS
 from connector.destinations.held import FolderRecord, held
 from connector.destinations.panics import quiet_panics
 from connector.destinations.registry import DestinationConfig, kind
-from connector.destinations.rewrite import Counted, KeptRows
+from connector.destinations.rewrite import CountingRows, KeptRows
 from connector.destinations.storage import Store, open_store
 from connector.extras import require
 from connector.locations import is_remote
@@ -264,7 +264,7 @@ class DeltaDestination:
         its kept rows converted, then the change's rows."""
         kept = KeptRows(lambda columns: _rows(table, columns), target, change, schema)
         new = kept.new_rows()
-        counted = Counted(new)
+        counted = CountingRows(new)
         self._overwrite(uri, itertools.chain(kept, counted), schema)
         return Committed(written=counted.count, deleted=kept.deleted)
 
@@ -281,7 +281,7 @@ class DeltaDestination:
         t, s = "t", "s"
         key = f"{t}.{_q(target.id_name)} = {s}.{_q(target.id_name)}"
         upsert, delete = f"{s}.{_q(op)} = 'upsert'", f"{s}.{_q(op)} = 'delete'"
-        rows = Counted(change.rows)
+        rows = CountingRows(change.rows)
         batches = _with_ops(rows, gone, schema, source, target, change.mark)
         # every column named, quoted by `_q`: deltalake's *_all forms quote names without
         # escaping, so a column with a backtick in its name failed ("No field named ...")

@@ -28,7 +28,7 @@ from connector.destinations.base import (
 from connector.destinations.formats import encode_csv, encode_parquet, parquet_batches
 from connector.destinations.held import FolderRecord, held
 from connector.destinations.registry import DestinationConfig
-from connector.destinations.rewrite import Counted, KeptRows
+from connector.destinations.rewrite import CountingRows, KeptRows
 from connector.destinations.storage import Store, open_store
 from connector.errors import ConfigError, DestinationError
 
@@ -108,14 +108,14 @@ class FilesDestination:
         with self._failures(name):
             if held is None:
                 schema = target.with_marks(change.mark and self.capabilities.marks)
-                rows = Counted(conform(b, schema) for b in change.rows)
+                rows = CountingRows(conform(b, schema) for b in change.rows)
                 self._write(name, rows, schema)
                 return Committed(written=rows.count)
             with pq.ParquetFile(held) as old:
                 marks = change.mark or target.deleted_name in old.schema_arrow.names
                 schema = target.with_marks(marks)
                 kept = KeptRows(lambda columns: parquet_batches(old, columns), target, change, schema)
-                new = Counted(conform(b, schema) for b in kept.new_rows())
+                new = CountingRows(conform(b, schema) for b in kept.new_rows())
                 self._write(name, itertools.chain(kept, new), schema)
             return Committed(written=new.count, deleted=kept.deleted)
 

@@ -68,7 +68,7 @@ from connector.destinations.base import (
 from connector.destinations.evolve import rename_fields, renames
 from connector.destinations.held import FolderRecord, held
 from connector.destinations.registry import DestinationConfig, kind
-from connector.destinations.rewrite import Counted, KeptRows
+from connector.destinations.rewrite import CountingRows, KeptRows
 from connector.destinations.storage import open_store
 from connector.errors import ConfigError
 from connector.extras import require
@@ -346,7 +346,7 @@ def _write(
         change = replace(change, rows=rows)
     # a column retyped, or a large merge: the table rewritten whole, in one pass
     kept = KeptRows(read_old, target, change, schema)
-    new = Counted(kept.new_rows())
+    new = CountingRows(kept.new_rows())
     _delete_all(txn, table)
     _append(txn, itertools.chain(kept, new), schema)
     return Committed(written=new.count, deleted=kept.deleted)

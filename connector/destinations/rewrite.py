@@ -22,10 +22,10 @@ from connector.destinations.base import MARK_TYPE, TableChange, Target
 from connector.destinations.evolve import rename_fields, renames
 from connector.ids import IdSet, hash_ids
 
-__all__ = ["Counted", "KeptRows"]
+__all__ = ["CountingRows", "KeptRows"]
 
 
-class Counted:
+class CountingRows:
     """Batches passed through, their rows counted."""
 
     def __init__(self, batches: Iterable[pa.RecordBatch]) -> None:

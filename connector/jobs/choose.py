@@ -27,7 +27,7 @@ from connector.schema import Table
 from connector.tables import resolve_table, select
 from connector.values import TypeSetting
 
-__all__ = ["Chosen", "Filter", "Placement", "choose"]
+__all__ = ["Filter", "Placement", "RunPlan", "choose"]
 
 #: A table's filter as the API's filter object spells it: ``{column: {op: value}}``.
 Filter = dict[str, dict[str, Any]]
@@ -43,7 +43,7 @@ class Placement:
 
 
 @dataclass
-class Chosen:
+class RunPlan:
     """What a run will copy: tables with their filters, their names in each destination
     (`placements`, in the job's order of destinations), the rows the listing gave each (a
     full read's progress bar), and the tables already decided (skipped: the key may not read
@@ -60,7 +60,7 @@ def choose(
     job: Job,
     destinations: Sequence[Destination],
     note: Callable[[str, str], None],
-) -> Chosen:
+) -> RunPlan:
     """The tables of `job`'s selection, named in each of `destinations`; `note(table, text)`
     for a selection naming nothing."""
     selection = job.tables
@@ -93,7 +93,7 @@ def choose(
             types.setdefault(resolve_table(summaries, setting.table), []).append(setting)
         except ConfigError as exc:
             raise exc.where(f"{setting.where}: ") from None
-    chosen = Chosen(listed_rows={s.id: s.rows for s in summaries})
+    chosen = RunPlan(listed_rows={s.id: s.rows for s in summaries})
     ids = {t.id for t in picked.tables} | {r.table_id for r in picked.refused}
     for table_id, settings in types.items():
         if selection.include is not None and table_id not in ids:
@@ -110,7 +110,7 @@ def choose(
 
 
 def _place(
-    chosen: Chosen, destinations: Sequence[Destination], renames: dict[str, str], job: Job
+    chosen: RunPlan, destinations: Sequence[Destination], renames: dict[str, str], job: Job
 ) -> None:
     """Name every chosen table in each destination; a table with columns some destination
     cannot hold is decided failed, naming them."""

@@ -19,7 +19,7 @@ import httpx
 from connector.api import Client
 from connector.api.counts import RequestCounts
 from connector.destinations import Destination, Target
-from connector.jobs.choose import Chosen
+from connector.jobs.choose import RunPlan
 from connector.jobs.config import Job
 from connector.jobs.state import JobState, TableState, save_state
 from connector.progress import Progress
@@ -69,7 +69,7 @@ class RunContext:
         destinations: Sequence[Destination],
         options: RunOptions,
         emit: Reporter,
-        chosen: Chosen,
+        chosen: RunPlan,
     ) -> None:
         self.job = job
         self.client = client

@@ -13,12 +13,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from connector.errors import ConfigError, ExitCode, JobLocked
+from connector.errors import ConfigError, JobLocked
 
-__all__ = ["EXIT_LOCKED", "JobLocked", "job_lock"]
-
-#: Kept until tests/jobs/test_state_and_lock.py imports `ExitCode.LOCKED` instead.
-EXIT_LOCKED = ExitCode.LOCKED
+__all__ = ["JobLocked", "job_lock"]
 
 _POLL_SECONDS = 0.05
 

@@ -20,7 +20,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from connector.errors import AuthError, ConfigError, ConnectorError, PermissionDenied
-from connector.jobs.choose import Chosen, Filter
+from connector.jobs.choose import Filter, RunPlan
 from connector.jobs.context import RunContext
 from connector.jobs.table import TableSync
 from connector.process import STOP_GRACE, TABLE_THREADS, raise_if_stopped
@@ -35,7 +35,7 @@ __all__ = ["TABLE_WORKERS", "run_tables"]
 TABLE_WORKERS = 16
 
 
-def run_tables(run: RunContext, chosen: Chosen) -> list[TableResult]:
+def run_tables(run: RunContext, chosen: RunPlan) -> list[TableResult]:
     """Every chosen table, on up to `TABLE_WORKERS` threads; the results in finishing order."""
     for result in chosen.decided:
         run.record(result)

@@ -211,7 +211,7 @@ class TableSync:
         newest, served_at = (
             self.reads.newest_or_none(self.filter) if self.job.incremental else (None, None)
         )
-        tap = _Tap(self.target.updated_name)
+        tap = _Tally(self.target.updated_name)
         ahead = self.reads.ahead(served_at)
         with self._bar() as bar:
             rows = ahead(tap(counted(self.reads.rows(), bar)))
@@ -511,7 +511,7 @@ def fingerprint(table: Table, filter: Mapping[str, Any]) -> str:
 _NO_STAMP = np.iinfo(np.int64).min
 
 
-class _Tap:
+class _Tally:
     """Counts the rows streaming through and notes the newest ``updated_at`` among them."""
 
     def __init__(self, updated_name: str) -> None:
