@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 from pathlib import Path
 from types import FrameType
 
@@ -184,6 +185,7 @@ def serve(
     source = click.get_current_context().get_parameter_source("demo_key")
     if source is click.core.ParameterSource.COMMANDLINE:
         click.echo("note: --demo-key shows in `ps`; CONNECTOR_DEMO_KEY or --demo-key-file does not", err=True)
+    listener = _listen(host, port)  # first: a taken port fails before anything is printed or seeded
     storage = Storage(db)
     app = None
     # uvicorn handles SIGTERM and SIGINT while it serves (stop listening, let requests in
@@ -227,15 +229,14 @@ def serve(
         protocol = connection_class(
             header_timeout=header_timeout, body_timeout=body_timeout, max_head_bytes=max_head_bytes
         )
-        click.echo(f"serving http://{host}:{port}/v1 from {db}", err=True)
-        try:
-            uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
-                        http=protocol, h11_max_incomplete_event_size=max_head_bytes,
-                        timeout_keep_alive=keep_alive_timeout, lifespan="off",
-                        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS)
-        except SystemExit as exc:  # uvicorn exits 3 when it cannot bind; our 3 means "partial"
-            raise SystemExit(1 if exc.code else 0) from None
+        config = uvicorn.Config(app, log_level="warning", access_log=False, http=protocol,
+                                h11_max_incomplete_event_size=max_head_bytes,
+                                timeout_keep_alive=keep_alive_timeout, lifespan="off",
+                                timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS)
+        click.echo(f"serving http://{host}:{listener.getsockname()[1]}/v1 from {db}", err=True)
+        uvicorn.Server(config).run(sockets=[listener])
     finally:
+        listener.close()
         try:
             if app is not None:
                 app.state.late.apply_all()  # writes the late-visibility fault still holds
@@ -244,6 +245,19 @@ def serve(
                 storage.checkpoint()
             finally:
                 storage.close()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to `host`:`port` (as uvicorn would bind it), or exit 1 with one line."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        click.secho(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", fg="red", err=True)
+        raise SystemExit(1) from None
+    return sock
 
 
 def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
