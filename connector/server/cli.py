@@ -321,22 +321,23 @@ def alter_table() -> None:
 
 
 _alter_db = click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite file of the server.")
-_option = click.option("--option", "options", multiple=True, metavar="OPTION",
-                       help="An option of the choice column; repeat for each, in order.")
+#: A choice column's options, in order: positional after TYPE (add, retype) or NAME (set-options).
+_options = click.argument("options", nargs=-1, metavar="[CHOICE]...")
 
 
 @alter_table.command("add-column")
 @_alter_db
 @click.option("--required", is_flag=True,
               help="Cells may not be empty; only on a table without rows (theirs would be empty).")
-@_option
 @click.argument("table")
 @click.argument("name")
 @click.argument("type_", metavar="TYPE")
-def add_column(db: str, required: bool, options: tuple[str, ...], table: str, name: str, type_: str) -> None:
+@_options
+def add_column(db: str, required: bool, table: str, name: str, type_: str, options: tuple[str, ...]) -> None:
     """Add column NAME of TYPE (text, choice, number, checkbox, date) to TABLE, empty in every row.
 
-    Its id is col_NAME, or col_NAME_2, _3, ... when a renamed column holds that id.
+    A choice column's options follow its type, in order (add-column Leads Stage choice New
+    Won Lost). Its id is col_NAME, or col_NAME_2, _3, ... when a renamed column holds that id.
 
     Exit codes: 0 added · 2 no such table, a name that exists, a bad type or options, or
     --required on a table with rows.
@@ -359,15 +360,15 @@ def rename_column(db: str, table: str, name: str, new_name: str) -> None:
 
 @alter_table.command("retype-column")
 @_alter_db
-@_option
 @click.argument("table")
 @click.argument("name")
 @click.argument("type_", metavar="TYPE")
-def retype_column(db: str, options: tuple[str, ...], table: str, name: str, type_: str) -> None:
+@_options
+def retype_column(db: str, table: str, name: str, type_: str, options: tuple[str, ...]) -> None:
     """Change column NAME of TABLE to TYPE, converting every cell (see `alter-table --help`).
 
     A cell that does not convert becomes empty; the command says how many did. To choice,
-    give its options with --option.
+    give its options after the type, in order, as add-column and set-options take them.
 
     Exit codes: 0 retyped · 2 no such table or column, an unknown TYPE, options missing or
     not wanted, or a required column a cell of which would be empty.
