@@ -36,9 +36,9 @@
     ├── UnknownColumnTypeWarning    a column type we do not know is read as text
     └── SkippedTableWarning         a table the key may not read was left out
 
-The exit codes are `ExitCode`, the one table every command uses. The transport's own
-exceptions never escape: they are wrapped and chained with ``from``. Messages never contain
-the API key. The reference server (`connector.server`) shares nothing with this tree.
+The exit codes are `ExitCode`, the one table every command uses (`EXIT_CODES` in words).
+The transport's own exceptions never escape: they are wrapped and chained with ``from``.
+Messages never contain the API key. The reference server (`connector.server`) shares nothing with this tree.
 
 This module imports nothing heavy (no pandas, no pyarrow): the CLI imports it first.
 """
