@@ -656,8 +656,9 @@ def _check_workspace_db(reader: Reader) -> None:
         f"{base}/tables/{leads['id']}", headers={"Authorization": f"Bearer {key}"}
     ).json()
     columns = {c["name"]: c for c in table["columns"]}
-    assert set(columns) == {"Name", "Phase"}
+    assert set(columns) == {"Name", "Phase", "Source"}
     assert columns["Phase"]["options"] == ["New", "Won", "Lost", "Parked"]
+    assert (columns["Source"]["type"], columns["Source"]["options"]) == ("choice", ["Web", "Referral", "Event"])
 
 
 #: After these commands (by key), the outcome is compared with the server.
