@@ -466,6 +466,7 @@ def reader(
         "PATH": f"{home / '.venv/bin'}{os.pathsep}{env['PATH']}",
         "PGPORT": str(postgres_server.port),
         "RUNTIME__DLTHUB_TELEMETRY": "false",  # dlt's usage reports: no network here
+        "DLT_DATA_DIR": str(home / ".dlt"),  # dlt's pipelines: ~/.dlt, but /var/dlt for root
     }
     reading = Reader(home, env, {port: _free_port() for port in PORTS})
     yield reading
