@@ -18,6 +18,7 @@ import fcntl
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,6 +88,11 @@ def _said(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
+#: Seconds an empty temp file is taken for one a writer has just made (between making it
+#: and locking it): a dead writer's is removed once it is older.
+_NEWBORN = 10.0
+
+
 def _remove_stale(folder: Path, ours: Path) -> None:
     """Remove the temp files in `folder` that no writer holds: those of writers that died
     (killed mid-write), which nothing else would ever remove."""
@@ -104,6 +110,9 @@ def _remove_stale(folder: Path, ours: Path) -> None:
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            status = os.fstat(fd)
+            if status.st_size == 0 and time.time() - status.st_mtime < _NEWBORN:
+                continue  # another writer's, made a moment ago: not locked by it yet
             path.unlink(missing_ok=True)
         except OSError:  # held: being written
             pass

@@ -1,15 +1,7 @@
 """The `connector` command: parse, call the library, print. No logic lives here.
 
-Exit codes are `connector.errors.ExitCode`, the same from every command:
-
-    0  done
-    1  failed: a table, a push or a destination failed, the source file is invalid, or
-       the server could not be reached (after the retry policy gave up)
-    2  bad usage or configuration, including a table no table answers to ("did you mean"),
-       a key or base URL that cannot work (bad characters, a host with no address, TLS)
-    3  partial: some tables were skipped or failed, or the server rejected some rows
-    75 another run of the same job holds its lock
-    130 / 143  interrupted by Ctrl-C / SIGTERM
+Exit codes are `connector.errors.ExitCode`, the same from every command; every command's
+`--help` ends with them in words (`connector.errors.EXIT_CODES`, `exit_codes_help`).
 
 Errors print one line without a traceback unless ``--debug`` is given; usage errors too
 (``error: Invalid value for '--max-wait': ...``). Every wait before a retry prints one line
@@ -53,11 +45,13 @@ _starting = _catch_starting()
 
 import importlib  # noqa: E402
 import logging  # noqa: E402
-from typing import TYPE_CHECKING, Any  # noqa: E402
+from typing import TYPE_CHECKING, Any, TypeVar  # noqa: E402
 
 import click  # noqa: E402
 
-from connector.errors import ConnectorError, ExitCode  # noqa: E402
+from connector.errors import EXIT_CODES, ConnectorError, ExitCode  # noqa: E402
+
+_Command = TypeVar("_Command", bound=click.Command)
 
 if TYPE_CHECKING:  # imported where a command runs: `connector --help` stays light
     from connector.api import Client
@@ -239,18 +233,6 @@ def main(ctx: click.Context, debug: bool, max_wait: float | None) -> None:
     The API key is read from CONNECTOR_API_KEY and the base URL from CONNECTOR_BASE_URL
     (or --base-url). The key is never printed or logged. Each wait before a retry prints
     one line on stderr; --max-wait bounds them.
-
-    \b
-    Exit codes, the same from every command:
-      0    done
-      1    failed (a table, push or destination; an invalid file; server unreachable
-           after --max-wait)
-      2    bad usage or configuration (an unknown table: "did you mean ...?"; a key or
-           base URL that cannot work: bad characters, no such host, TLS failure)
-      3    partial (tables skipped or failed, or rows rejected by the server)
-      75   another run of the same job holds its lock
-      130  interrupted by Ctrl-C
-      143  terminated (SIGTERM)
     """
     from connector.api.retry import default_max_wait
     from connector.process import stop_signals
@@ -263,6 +245,27 @@ def main(ctx: click.Context, debug: bool, max_wait: float | None) -> None:
     # From here to the command's end, Ctrl-C and SIGTERM unwind as a stop (130 / 143), while
     # the command's module loads too; commands that run jobs report it in their summary.
     ctx.with_resource(stop_signals())
+
+
+def exit_codes_help() -> str:
+    """`EXIT_CODES` as a help paragraph (``\\b``: click keeps its lines as they are)."""
+    import textwrap
+
+    lines = ["\b", "Exit codes, the same from every command:"]
+    for code, meaning in EXIT_CODES.items():
+        lines += textwrap.wrap(meaning, 78, initial_indent=f"  {code:<5}", subsequent_indent=" " * 7)
+    return "\n".join(lines)
+
+
+def with_exit_codes(command: _Command) -> _Command:
+    """`command` with the exit codes as the last paragraph of its help."""
+    import inspect
+
+    command.help = f"{inspect.cleandoc(command.help or '')}\n\n{exit_codes_help()}"
+    return command
+
+
+with_exit_codes(main)
 
 
 # The other areas' commands (serve, server, keys, sync, export, load, push, apply) are

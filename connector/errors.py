@@ -36,9 +36,9 @@
     ├── UnknownColumnTypeWarning    a column type we do not know is read as text
     └── SkippedTableWarning         a table the key may not read was left out
 
-The exit codes are `ExitCode`, the one table every command uses. The transport's own
-exceptions never escape: they are wrapped and chained with ``from``. Messages never contain
-the API key. The reference server (`connector.server`) shares nothing with this tree.
+The exit codes are `ExitCode`, the one table every command uses (`EXIT_CODES` in words).
+The transport's own exceptions never escape: they are wrapped and chained with ``from``.
+Messages never contain the API key. The reference server (`connector.server`) shares nothing with this tree.
 
 This module imports nothing heavy (no pandas, no pyarrow): the CLI imports it first.
 """
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from connector.push.validate import Problem
 
 __all__ = [
+    "EXIT_CODES",
     "ApiError",
     "ApiValidationError",
     "AuthError",
@@ -89,20 +90,42 @@ __all__ = [
 
 
 class ExitCode(IntEnum):
-    """What a `connector` process's exit status means; every command uses these."""
+    """What a `connector` process's exit status means; every command uses these, and
+    `EXIT_CODES` says each in words."""
 
     OK = 0
-    #: A table, push or destination failed (or every table was skipped).
     FAILED = 1
-    #: Bad usage or configuration: fix the command line, the job file or the environment.
     USAGE = 2
-    #: Partial: some tables were skipped or failed, or the server rejected some rows.
     PARTIAL = 3
-    #: Another run of the same job holds its lock.
     LOCKED = 75
-    #: Stopped by Ctrl-C (SIGINT) or by SIGTERM: nothing half-written.
     INTERRUPTED = 130
     TERMINATED = 143
+
+
+#: Each exit code in words: the one table that `connector --help`, every command's help
+#: (`connector.cli.exit_codes_help`) and the docs (docs/commands.md, held equal to this by
+#: tests/test_docs.py) show.
+EXIT_CODES: dict[ExitCode, str] = {
+    ExitCode.OK: "done",
+    ExitCode.FAILED: (
+        "failed: a table, push or destination failed, or every table was skipped; a file to "
+        "push is invalid (nothing written); a saved plan's rows changed since; the server "
+        "could not be reached within --max-wait"
+    ),
+    ExitCode.USAGE: (
+        "bad usage or configuration, found before anything is written: an option, a job file "
+        "or a state file; an unknown table (\"did you mean ...?\"); a missing extra; an API key "
+        "the server refuses (401) or a base URL that cannot work; a mirror stopped by its "
+        "delete guard"
+    ),
+    ExitCode.PARTIAL: (
+        "partial: some tables were skipped (the key may not read them) or frozen (columns "
+        "changed under schema = \"freeze\"), or the server rejected rows of a push"
+    ),
+    ExitCode.LOCKED: "another run of the same job holds its lock (sync; see --wait)",
+    ExitCode.INTERRUPTED: "stopped by Ctrl-C: the table in flight is left as it was",
+    ExitCode.TERMINATED: "stopped by SIGTERM: the table in flight is left as it was",
+}
 
 
 class ConnectorError(Exception):

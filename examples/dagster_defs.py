@@ -1,7 +1,7 @@
 """Dagster definitions for a connector job: one asset per table, its pushes upstream,
 materialised every night at 02:15 (pip install 'table-data-connector[dagster]').
 
-With the reference server's demo workspace running (README, Quickstarts), from any folder:
+With the reference server's demo workspace running (docs/quickstarts.md), from any folder:
 
     CONNECTOR_BASE_URL=http://127.0.0.1:8000/v1 CONNECTOR_API_KEY=demo-key-change-me \\
         dagster dev -f examples/dagster_defs.py

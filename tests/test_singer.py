@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import datetime as dt
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -308,3 +309,54 @@ def test_tables_named_alike_in_any_case_are_streams_of_their_own(tap: Tap) -> No
     assert len({s.casefold() for s in by_stream}) == 2, by_stream
     assert sorted(by_stream.values(), key=sorted) == [{"from Notes"}, {"from notes"}]
     assert by_stream["Notes"] == {"from Notes"}  # the first listed keeps its name
+
+
+def test_the_first_run_needs_no_state_and_the_next_starts_from_the_last(tap: Tap) -> None:
+    """docs/scheduling.md's Singer lines, run as written in a fresh folder (tap.json given
+    this server and table, the key in the environment), a target's part done here: a
+    Singer target prints each state it has committed on stdout, one JSON object a line."""
+    from tests.test_readme import commands
+
+    shown = [c.text for c in commands() if c.section == "Singer: `tap-tabledata`"]
+    config, discover, first, last_state, later = shown
+    assert "--state" not in first and "--state state.json" in later
+    folder = tap.directory / "fresh"
+    folder.mkdir()
+    env = {**os.environ, "CONNECTOR_API_KEY": tap.server.api_key,
+           "PATH": f"{Path(TAP).parent}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
+
+    def shell(command: str) -> str:
+        done = subprocess.run(["bash", "-c", command.replace("CONNECTOR_API_KEY=… ", "")],
+                              cwd=folder, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 0, (command, done.stderr[-3000:])
+        return done.stdout
+
+    def target(command: str, redirect: str) -> list[dict[str, Any]]:
+        """The tap's side of ``tap | target-jsonl > state.jsonl``; the states, as the target
+        would print them, into state.jsonl; the records back."""
+        tap_part, _, target_part = command.partition(" | ")
+        assert target_part.split("#")[0].split() == ["target-jsonl", redirect, "state.jsonl"]
+        messages = [json.loads(line) for line in shell(tap_part).splitlines()]
+        states = "".join(json.dumps(m["value"]) + "\n" for m in messages if m["type"] == "STATE")
+        with (folder / "state.jsonl").open("a" if redirect == ">>" else "w") as out:
+            out.write(states)
+        return [m["record"] for m in messages if m["type"] == "RECORD"]
+
+    shell(config)
+    written = json.loads((folder / "tap.json").read_text())
+    (folder / "tap.json").write_text(json.dumps({**written, "base_url": tap.server.base_url, "tables": ["Deals"]}))
+    shell(discover)
+    assert [s["tap_stream_id"] for s in json.loads((folder / "catalog.json").read_text())["streams"]] == ["Deals"]
+    then = tap.age_every_row(hours=2)  # the window behind the first bookmark holds one row
+    ids = sorted(tap.server_rows())
+    tap.backdate(ids[-1], then + dt.timedelta(hours=1))
+    assert not (folder / "state.json").exists()
+
+    assert_records_match(target(first, ">"), tap.server_rows())
+    shell(last_state)
+    with tap.server.client() as http:
+        http.patch(f"/tables/{tap.deals}/rows/{ids[3]}", json={"fields": {"Stage": "Won"}})
+    again = target(later, ">>")
+    server = tap.server_rows()
+    assert in_window(server, then + dt.timedelta(hours=1)) == {ids[3], ids[-1]}
+    assert_records_match(again, {i: server[i] for i in (ids[3], ids[-1])})

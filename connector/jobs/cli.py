@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
-from connector.cli import base_url_option, max_concurrency_option
+from connector.cli import base_url_option, max_concurrency_option, with_exit_codes
 from connector.destinations.registry import export_formats
 from connector.driver import drive, print_json
 from connector.errors import ConfigError, ConnectorError, ExitCode
@@ -35,6 +35,7 @@ __all__ = ["export", "load", "sync"]
 # --- sync -----------------------------------------------------------------------------------
 
 
+@with_exit_codes
 @click.command()
 @click.argument("job_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--dry-run", is_flag=True, help="Read and plan only: no writes, no state change.")
@@ -116,15 +117,6 @@ def sync(
     within the lookback window before it) and merge them into every destination, removing
     (or marking) rows deleted upstream. The API key comes from the environment variable the
     job names in source.api_key_env.
-
-    \b
-    Exit codes: 0 ok · 1 failed (a table or push failed, or none could be read)
-                2 bad job file or usage, or an API key the server refuses
-                3 partial (tables skipped: the key may not read them; tables frozen:
-                  their columns changed under schema = "freeze"; rows rejected)
-                75 another run of this job holds the lock (see --wait)
-                130 / 143 stopped by Ctrl-C / SIGTERM (cleanly: nothing half-written;
-                    JSON: status "interrupted")
 
     \b
     Examples:
@@ -259,17 +251,6 @@ class _TextReport:
 
 # --- export and load: one-shot jobs -----------------------------------------------------------
 
-_EXIT_CODES = """
-    \b
-    Exit codes: 0 every table copied · 1 a table failed, or none could be read
-                2 bad usage or configuration (an unknown --table among them), or an
-                  API key the server refuses
-                3 partial (a table the key may not read was skipped)
-                130 / 143 stopped by Ctrl-C / SIGTERM (cleanly: the previous file or
-                    table is left as it was; JSON: status "interrupted")
-"""
-
-
 class _OneShot(click.Command):
     """A command whose ``--json`` summary is printed also when its arguments are refused."""
 
@@ -327,6 +308,7 @@ def _shared(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+@with_exit_codes
 @click.command(cls=_OneShot)
 @click.option("--out", "out_dir", required=True, metavar="DIR|URL",
               help="Directory for the output (one file or table folder per table, replaced "
@@ -367,9 +349,7 @@ def export(ctx: click.Context, out_dir: str, fmt: str, excel_safe: bool,
               base_url, max_concurrency, as_json)
 
 
-export.help = (export.help or "") + _EXIT_CODES
-
-
+@with_exit_codes
 @click.command(cls=_OneShot)
 @click.option("--to", "url", required=True, metavar="URL",
               help="SQLAlchemy database URL, e.g. sqlite:///warehouse.db (relative to the "
@@ -407,9 +387,6 @@ def load(ctx: click.Context, url: str, mode: str, deletes: str, tables: tuple[st
     _one_shot(ctx, "load", destination,
               (tables, excluded, renames, _type_settings(ctx, types, as_json)), page_size,
               base_url, max_concurrency, as_json, deletes=deletes if mode == "merge" else "keep")
-
-
-load.help = (load.help or "") + _EXIT_CODES
 
 
 def _check_out(out: str, as_json: bool) -> None:

@@ -15,6 +15,7 @@ from connector.cli import (
     command_client,
     max_concurrency_option,
     show_traceback,
+    with_exit_codes,
 )
 from connector.errors import ConnectorError, ExitCode
 from connector.modes import DEFAULT_PUSH_MODE, MERGED_CELLS, PUSH_MODES, MergedCells
@@ -61,6 +62,7 @@ def _null_values(_ctx: click.Context, _param: click.Parameter, value: str | None
     return markers
 
 
+@with_exit_codes
 @click.command("push")
 @click.argument("file", required=False)
 @click.option("--db", metavar="URL",
@@ -142,10 +144,6 @@ def push_command(
           --table Stock --key Sku
       connector push --db duckdb:///:memory: --sql "SELECT * FROM 'exports/*.parquet'" \\
           --table Stock --key Sku --mode mirror
-
-    Exit codes: 0 done · 1 invalid FILE or a failed push (an invalid FILE writes nothing) ·
-    2 bad usage, or a mirror stopped by its delete guard · 3 rows rejected by the server
-    (written to --rejects).
     """
     cap = _cap(max_concurrency, concurrency)
     source: Any = _push_source(file, db, sql)
@@ -176,6 +174,7 @@ def push_command(
                 table=table, planning=planning, rejects=rejects, plan_out=plan_out, shown=shown)
 
 
+@with_exit_codes
 @click.command("apply")
 @click.argument("plan", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
@@ -191,9 +190,6 @@ def apply_command(
     concurrency: int | None, base_url: str | None, as_json: bool,
 ) -> None:
     """Apply a plan saved by `push --plan-out`; refuses if the rows it touches changed since.
-
-    Exit codes: 0 done · 1 the rows changed since the plan (nothing written) or the apply
-    failed · 2 not a plan file, or bad usage · 3 rows rejected by the server (see --rejects).
     """
     cap = _cap(max_concurrency, concurrency)
     rejects = rejects or plan.with_name(plan.stem + ".rejects.csv")

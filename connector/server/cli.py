@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 from pathlib import Path
 from types import FrameType
 
@@ -184,6 +185,7 @@ def serve(
     source = click.get_current_context().get_parameter_source("demo_key")
     if source is click.core.ParameterSource.COMMANDLINE:
         click.echo("note: --demo-key shows in `ps`; CONNECTOR_DEMO_KEY or --demo-key-file does not", err=True)
+    listener = _listen(host, port)  # first: a taken port fails before anything is printed or seeded
     storage = Storage(db)
     app = None
     # uvicorn handles SIGTERM and SIGINT while it serves (stop listening, let requests in
@@ -227,15 +229,14 @@ def serve(
         protocol = connection_class(
             header_timeout=header_timeout, body_timeout=body_timeout, max_head_bytes=max_head_bytes
         )
-        click.echo(f"serving http://{host}:{port}/v1 from {db}", err=True)
-        try:
-            uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
-                        http=protocol, h11_max_incomplete_event_size=max_head_bytes,
-                        timeout_keep_alive=keep_alive_timeout, lifespan="off",
-                        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS)
-        except SystemExit as exc:  # uvicorn exits 3 when it cannot bind; our 3 means "partial"
-            raise SystemExit(1 if exc.code else 0) from None
+        config = uvicorn.Config(app, log_level="warning", access_log=False, http=protocol,
+                                h11_max_incomplete_event_size=max_head_bytes,
+                                timeout_keep_alive=keep_alive_timeout, lifespan="off",
+                                timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS)
+        click.echo(f"serving http://{host}:{listener.getsockname()[1]}/v1 from {db}", err=True)
+        uvicorn.Server(config).run(sockets=[listener])
     finally:
+        listener.close()
         try:
             if app is not None:
                 app.state.late.apply_all()  # writes the late-visibility fault still holds
@@ -244,6 +245,19 @@ def serve(
                 storage.checkpoint()
             finally:
                 storage.close()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to `host`:`port` (as uvicorn would bind it), or exit 1 with one line."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        click.secho(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", fg="red", err=True)
+        raise SystemExit(1) from None
+    return sock
 
 
 def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
@@ -307,22 +321,23 @@ def alter_table() -> None:
 
 
 _alter_db = click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite file of the server.")
-_option = click.option("--option", "options", multiple=True, metavar="OPTION",
-                       help="An option of the choice column; repeat for each, in order.")
+#: A choice column's options, in order: positional after TYPE (add, retype) or NAME (set-options).
+_options = click.argument("options", nargs=-1, metavar="[CHOICE]...")
 
 
 @alter_table.command("add-column")
 @_alter_db
 @click.option("--required", is_flag=True,
               help="Cells may not be empty; only on a table without rows (theirs would be empty).")
-@_option
 @click.argument("table")
 @click.argument("name")
 @click.argument("type_", metavar="TYPE")
-def add_column(db: str, required: bool, options: tuple[str, ...], table: str, name: str, type_: str) -> None:
+@_options
+def add_column(db: str, required: bool, table: str, name: str, type_: str, options: tuple[str, ...]) -> None:
     """Add column NAME of TYPE (text, choice, number, checkbox, date) to TABLE, empty in every row.
 
-    Its id is col_NAME, or col_NAME_2, _3, ... when a renamed column holds that id.
+    A choice column's options follow its type, in order (add-column Leads Stage choice New
+    Won Lost). Its id is col_NAME, or col_NAME_2, _3, ... when a renamed column holds that id.
 
     Exit codes: 0 added · 2 no such table, a name that exists, a bad type or options, or
     --required on a table with rows.
@@ -345,15 +360,15 @@ def rename_column(db: str, table: str, name: str, new_name: str) -> None:
 
 @alter_table.command("retype-column")
 @_alter_db
-@_option
 @click.argument("table")
 @click.argument("name")
 @click.argument("type_", metavar="TYPE")
-def retype_column(db: str, options: tuple[str, ...], table: str, name: str, type_: str) -> None:
+@_options
+def retype_column(db: str, table: str, name: str, type_: str, options: tuple[str, ...]) -> None:
     """Change column NAME of TABLE to TYPE, converting every cell (see `alter-table --help`).
 
     A cell that does not convert becomes empty; the command says how many did. To choice,
-    give its options with --option.
+    give its options after the type, in order, as add-column and set-options take them.
 
     Exit codes: 0 retyped · 2 no such table or column, an unknown TYPE, options missing or
     not wanted, or a required column a cell of which would be empty.

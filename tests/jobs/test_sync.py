@@ -439,7 +439,7 @@ def test_a_sql_replace_destination_beside_a_merge_one_takes_no_deletes(
 def test_a_quiet_incremental_run_makes_exactly_the_documented_requests(
     workspace: Workspace, proxy: Proxy
 ) -> None:
-    """The list in connector/jobs/runner.py's docstring (and the README): 1 + 4 per table."""
+    """The list in connector/jobs/runner.py's docstring (and docs/behaviour.md): 1 + 4 per table."""
     job = workspace.job(INCREMENTAL + BOTH)
     workspace.run(job)
     state = load_state(workspace.directory / "job.state.json")

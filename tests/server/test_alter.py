@@ -235,13 +235,26 @@ def test_removed_options_empty_their_cells(server: RunningServer) -> None:
         assert lost.status_code == 400 and lost.json()["error"]["field"] == "Stage"
 
 
+def test_a_choice_takes_its_options_the_same_way_in_every_command(server: RunningServer) -> None:
+    """OPTIONS follow the type (add-column, retype-column) or the column (set-options)."""
+    table, _ = live(server)
+    for args in (["add-column", "Deals", "Size", "choice", "S", "M", "L"],
+                 ["retype-column", "Deals", "Code", "choice", "a", "b"],
+                 ["set-options", "Deals", "Size", "S", "M", "L", "XL"]):
+        result = CliRunner().invoke(main, ["server", "alter-table", args[0], "--db", str(server.db_path), *args[1:]])
+        assert result.exit_code == 0, result.output
+    columns = {c["name"]: c for c in read(server, table)[0]["columns"]}
+    assert (columns["Size"]["type"], columns["Size"]["options"]) == ("choice", ["S", "M", "L", "XL"])
+    assert (columns["Code"]["type"], columns["Code"]["options"]) == ("choice", ["a", "b"])
+
+
 # -- refusals: a clear error, exit 2, nothing changed ----------------------------------------
 
 REFUSED: list[tuple[list[str], str]] = [
     (["add-column", "Deals", "Owner", "text", "--required"], "row row_"),
     (["add-column", "Deals", "Code", "number"], "has a column 'Code' already"),
     (["add-column", "Deals", "Size", "decimal"], "type 'decimal' is not one of"),
-    (["add-column", "Deals", "Size", "number", "--option", "S"], "only choice columns take"),
+    (["add-column", "Deals", "Size", "number", "S"], "only choice columns take"),
     (["add-column", "Deals", "Kind", "choice"], "needs `options`"),
     (["add-column", "Nope", "Size", "number"], "no table with id or name 'Nope'"),
     (["rename-column", "Deals", "Code", "Stage"], "has a column 'Stage' already"),

@@ -122,18 +122,22 @@ def test_every_option_of_the_server_commands_has_help_and_every_command_its_exit
     assert "TCP port to listen on." in shown.output
 
 
-def test_serve_on_a_taken_port_exits_1(tmp_path: Path) -> None:
+def test_serve_on_a_taken_port_fails_first_with_one_line(tmp_path: Path) -> None:
+    """Before any key is printed, any "serving" line, any database made or seeded."""
+    env = {k: v for k, v in os.environ.items() if k != "CONNECTOR_DEMO_KEY"}
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         result = subprocess.run(
-            [sys.executable, "-m", "connector", "serve", "--port", str(port),
+            [sys.executable, "-m", "connector", "serve", "--demo", "--port", str(port),
              "--db", str(tmp_path / "x.db")],
-            capture_output=True, text=True, timeout=60, check=False,
+            capture_output=True, text=True, timeout=60, check=False, env=env,
         )
     assert result.returncode == 1
-    assert "address already in use" in result.stderr
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [f"error: cannot listen on 127.0.0.1:{port}: Address already in use"]
+    assert not (tmp_path / "x.db").exists()
 
 
 def test_a_demo_key_that_exists_keeps_its_permissions(server_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
