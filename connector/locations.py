@@ -83,7 +83,7 @@ class DatabaseUrl:
             parsed.get_dialect()  # the database kind is known (its driver loads at connect)
         except (ArgumentError, ImportError):
             raise ConfigError(
-                f"{where}: names no database SQLAlchemy knows ({parsed.drivername!r}); write "
+                f"{where}: not a database URL SQLAlchemy knows ({parsed.drivername!r}); write "
                 f"it {_SQL_EXAMPLES}"
             ) from None
         if parsed.password and not secrets_allowed:

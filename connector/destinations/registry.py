@@ -157,6 +157,11 @@ class DestinationConfig:
     #: The database of a ``database`` kind, parsed (`target` is its URL); None for folders.
     database: DatabaseUrl | None = None
 
+    def __post_init__(self) -> None:
+        if self.database is None and kind(self.kind).location == "database":
+            parsed = DatabaseUrl.parse(self.target, where=self.where)  # built by hand: parse it
+            object.__setattr__(self, "database", parsed)
+
     @property
     def capabilities(self) -> Capabilities:
         """The kind's, refined by what the location says: a SQL server database (PostgreSQL)
@@ -194,7 +199,13 @@ def make_config(
     database = None
     if kind_name == "url" or kind(kind_name).location == "database":
         database = DatabaseUrl.parse(value, where=where, base=base, secrets_allowed=secrets_allowed)
-        kind_name = "duckdb" if database.engine == "duckdb" else "sql"
+        engine_kind = "duckdb" if database.engine == "duckdb" else "sql"
+        if kind_name == "duckdb" != engine_kind:
+            said = value if database.sqlalchemy().password is None else database.redacted()
+            raise ConfigError(
+                f"{where}: {said!r} is not a DuckDB URL; write it like duckdb:///analytics.duckdb"
+            )
+        kind_name = engine_kind
     chosen = kind(kind_name)
     if mode not in chosen.capabilities.modes:
         modes = ", ".join(sorted(chosen.capabilities.modes))

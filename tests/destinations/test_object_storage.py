@@ -24,8 +24,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from connector.cli import main
-from connector.destinations.storage import PART_BYTES, ObjectStore, check_location
+from connector.destinations.storage import PART_BYTES, ObjectStore
 from connector.errors import ConfigError
+from connector.locations import check_location
 from tests.destinations.samples import kill_when
 from tests.destinations.test_cli import EXPECTED, FIELDS, SPEC
 from tests.fixtures.s3 import S3Bucket

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connector.arrays import string_array
+from connector.arrays import newer, string_array
 from connector.jobs.reads import lower_bound
-from connector.stamps import CLOCK_MARGIN, horizon, iso, micros, newer, parse, stamp_of
+from connector.stamps import CLOCK_MARGIN, horizon, iso, micros, parse, stamp_of
 
 instants = st.datetimes(min_value=datetime.min, max_value=datetime.max)
 
