@@ -25,9 +25,10 @@ def test_a_push_job_plans_on_dry_run_and_applies_otherwise(
 
     planned = workspace.run(job, dry_run=True)
 
-    (push,) = planned.pushes
-    assert (push.status, push.created, push.updated, push.unchanged) == ("planned", 1, 1, 1)
-    assert push.plan is not None and "Score: 1 → 41" in push.plan
+    (push,) = planned.to_dict()["pushes"]  # a dry run's entry counts what it would do
+    assert (push["status"], push["created"], push["updated"], push["unchanged"]) == (
+        "planned", 1, 1, 1)
+    assert push["plan"] is not None and "Score: 1 → 41" in push["plan"]
     assert names_and_scores(workspace)["P001"] == 1.0  # nothing written
     assert not (tmp_path / "job.state.json").exists()
 
