@@ -120,9 +120,9 @@ def test_push_from_postgresql(inproc: InProcess, postgres_db: str, postgres_user
     got = sorted(({n: r["fields"].get(n) for n in ROWS[0]} for r in inproc.rows(table_id)),
                  key=lambda r: r["Sku"])
     assert got == ROWS
-    with pytest.raises(ConfigError, match=r"^--sql: the database refused the query: .*nope"):
+    with pytest.raises(ConfigError, match=r"^sql: the database refused the query: .*nope"):
         push(inproc.client(), PushSpec(Query(postgres_user, "SELECT nope FROM stock"), table="Stock", key="Sku"))
-    with pytest.raises(ConfigError, match=r"^--sql: DELETE refused: the query runs read-only"):
+    with pytest.raises(ConfigError, match=r"^sql: DELETE refused: the query runs read-only"):
         push(inproc.client(), PushSpec(Query(postgres_user, "DELETE FROM stock RETURNING sku"), table="Stock", key="Sku"))
     with psycopg.connect(dsn) as db:  # the query ran read-only: nothing deleted
         assert db.execute("SELECT count(*) FROM stock").fetchone() == (3,)
@@ -221,7 +221,7 @@ def test_the_header_is_checked_before_the_rows_or_the_table_are_read(
     failing = "SELECT error('rows were read ' || i) AS Sku, i AS Qty FROM range(3) t(i)"
     client = inproc.client()
 
-    with pytest.raises(ConfigError, match="--key: table 'Stock' has no column 'Code'"):
+    with pytest.raises(ConfigError, match=r"^key: table 'Stock' has no column 'Code'"):
         push(client, PushSpec(Query("duckdb:///:memory:", failing), table="Stock", key="Code"))
     with pytest.raises(ValidationReport, match="row 1, column 'Colour': not a column of table"):
         push(client, PushSpec(Query("duckdb:///:memory:", failing.replace(" FROM", ", 'red' AS Colour FROM")), table="Stock", key="Sku"))
@@ -262,7 +262,7 @@ def test_a_wrong_key_or_column_is_reported_before_a_sheet_is_read(
     with pytest.raises(SourceError, match=r"not a readable Parquet file|malformed CSV"):
         push(client, PushSpec(sheet, table="Stock", key="Sku"))  # read in full, the rows fail
 
-    with pytest.raises(ConfigError, match="--key: table 'Stock' has no column 'Code'"):
+    with pytest.raises(ConfigError, match=r"^key: table 'Stock' has no column 'Code'"):
         push(client, PushSpec(sheet, table="Stock", key="Code"))
     with pytest.raises(ValidationReport, match="row 1, column 'Kind': key column missing"):
         push(client, PushSpec(sheet, table="Stock", key="Kind"))
