@@ -165,7 +165,7 @@ class PushResult:
     #: The most write requests in flight at once (the client's adaptive level's peak).
     concurrency: int = 0
 
-    def failed(self, error: str, problems: Sequence[str] = ()) -> PushResult:
+    def as_failed(self, error: str, problems: Sequence[str] = ()) -> PushResult:
         """This push stopped by `error`: what it had written still counted."""
         return replace(
             self, status="failed", error=error,

@@ -60,4 +60,4 @@ def failed(
     (`planned`), is counted: nothing, for the dry run."""
     head, details = headline(exc)
     done = written_before(exc) or planned or PushResult(file, table, "failed")
-    return replace(done, file=file).failed(head, details)
+    return replace(done, file=file).as_failed(head, details)

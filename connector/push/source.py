@@ -36,7 +36,7 @@ import pandas as pd
 from connector.destinations.formats import undo_excel_safe
 from connector.destinations.storage import check_location, filesystem, is_remote
 from connector.errors import ConfigError, SourceError
-from connector.modes import MERGED_CELLS, PUSH_SUFFIXES, MergedCells
+from connector.modes import PUSH_SUFFIXES, MergedCells
 from connector.push.csvfile import open_csv
 from connector.push.excel import read_excel
 from connector.push.parquetfiles import open_parquet
@@ -50,7 +50,7 @@ from connector.push.sheet import (
     holds_text,
     one_line,
 )
-from connector.push.spec import Names, Query, check_null_values, setting
+from connector.push.spec import Names, Query, check_merged_cells, check_null_values, setting
 
 __all__ = [
     "Query",
@@ -98,11 +98,7 @@ def open_source(
     """`read_source`'s source, opened: a missing file, a bad option or an unreadable header
     fails here; the rows are read by `Sheet.read`."""
     markers = frozenset(check_null_values(null_values, names))
-    if merged_cells not in MERGED_CELLS:
-        raise ConfigError(
-            f"{setting('merged_cells', names)} {merged_cells!r}: choose one of "
-            f"{', '.join(MERGED_CELLS)}"
-        )
+    check_merged_cells(merged_cells, names)
     opened = _open(source, sheet, markers, merged_cells, names)
     if not excel_safe:
         return opened

@@ -32,6 +32,7 @@ __all__ = [
     "PushSpec",
     "Query",
     "check_date_format",
+    "check_merged_cells",
     "check_null_values",
     "safe_url",
     "setting",
@@ -120,11 +121,7 @@ class PushSpec:
         named = self.name
         if self.mode not in PUSH_MODES:
             raise ConfigError(f"{named('mode')} {self.mode!r}: choose one of {', '.join(PUSH_MODES)}")
-        if self.merged_cells not in MERGED_CELLS:
-            raise ConfigError(
-                f"{named('merged_cells')} {self.merged_cells!r}: choose one of "
-                f"{', '.join(MERGED_CELLS)}"
-            )
+        check_merged_cells(self.merged_cells, self.names)
         if (date_format := self.date_format) is not None:
             if "%" not in date_format:
                 raise ConfigError(f"{named('date_format')}: must be a strftime format like "
@@ -166,6 +163,15 @@ def check_null_values(null_values: object, names: Names = "parameters") -> tuple
             "(an empty cell is always empty)"
         )
     return values
+
+
+def check_merged_cells(merged_cells: str, names: Names = "parameters") -> None:
+    """ConfigError unless `merged_cells` is one of `MERGED_CELLS`."""
+    if merged_cells not in MERGED_CELLS:
+        raise ConfigError(
+            f"{setting('merged_cells', names)} {merged_cells!r}: choose one of "
+            f"{', '.join(MERGED_CELLS)}"
+        )
 
 
 def check_date_format(date_format: str) -> str | None:

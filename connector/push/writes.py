@@ -57,7 +57,6 @@ from connector.push.plan import (
 from connector.results import PushResult, Rejected
 
 __all__ = [
-    "Rejected",
     "apply_plan",
     "excel_safe",
     "write_rejects",

@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from connector.push import PushSpec, push
-from connector.push.writes import Rejected, write_rejects
+from connector.push import PushSpec, Rejected, push
+from connector.push.writes import write_rejects
 from tests.push.conftest import PEOPLE, InProcess
 
 
