@@ -40,7 +40,9 @@ The exit codes are `ExitCode`, the one table every command uses. The transport's
 exceptions never escape: they are wrapped and chained with ``from``. Messages never contain
 the API key. The reference server (`connector.server`) shares nothing with this tree.
 
-This module imports nothing heavy (no pandas, no pyarrow): the CLI imports it first.
+This module is the ground: it imports nothing of ours (and nothing heavy), and the CLI imports it
+first. A `ValidationReport` lists `Problem`s; `ConnectorError.written` is what a push had written
+when an error stopped it.
 """
 
 from __future__ import annotations
