@@ -83,7 +83,8 @@ def _assets(job: Job) -> list[dg.AssetsDefinition]:
     group = _name(job.name)
     tables = _tables(job)
     pushes = [
-        _PushAsset(f"push_{_name(s.table if isinstance(s.source, Query) else Path(s.label).stem)}", s)
+        _PushAsset(f"push_{_name(s.table if isinstance(s.source, Query) else Path(s.label).stem)}",
+                   s)
         for s in job.pushes
     ]
     taken: dict[str, str] = {}
