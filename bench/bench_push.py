@@ -42,12 +42,13 @@ import pandas as pd
 import pyarrow as pa
 
 from connector.api import MAX_BULK_ROWS, Client
-from connector.push import push
-from connector.push.apply import apply_plan
+from connector.push import PushSpec, push
+from connector.push.diff import make_plan
 from connector.push.live import Live, read_live
-from connector.push.plan import Plan, make_plan
-from connector.push.source import Source, read_source
+from connector.push.plan import Plan
+from connector.push.source import SourceFrame, read_source
 from connector.push.validate import Key, validate
+from connector.push.writes import apply_plan
 from connector.schema import Table, arrow_schema
 from connector.server.storage import Storage
 
@@ -126,7 +127,7 @@ def bench_plan() -> None:
     )
     changed = text.index[::100]  # 1%
     text.loc[changed, "Age"] = "1000"
-    source = Source.from_frame(text, "bench.csv")
+    source = SourceFrame.from_frame(text, "bench.csv")
 
     timings = []
     for _ in range(3):
@@ -222,7 +223,7 @@ def bench_large_rows() -> None:
             counting = _Counting()
             with Client(base_url, key, transport=counting) as client:
                 started = time.perf_counter()
-                result = push(client, frame, table="Bench", key="Name", progress=False)
+                result = push(client, PushSpec(frame, table="Bench", key="Name"), progress=False)
                 seconds = time.perf_counter() - started
             ok = result.created == LARGE_ROWS and not result.rejected
             print(f"  body cap {'8 MiB (default)' if cap is None else f'{cap // 1024} KiB'}: "
@@ -242,7 +243,7 @@ def _setup_plan(base_url: str, key: str, db: Path, name: str) -> Plan:
     for cells in keep[:1000]:
         cells["Age"] = 1000.0  # 1,000 updates
     new = [_cells(i) for i in range(10_000, 15_000)]  # 5,000 creates
-    source = Source.from_frame(pd.DataFrame(keep + new), name)
+    source = SourceFrame.from_frame(pd.DataFrame(keep + new), name)
     with Client(base_url, key) as client:
         table = client.get_table(table_def.id)
         live = read_live(client, table)

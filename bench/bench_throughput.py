@@ -441,8 +441,8 @@ class PushRound:
     def _plan(self, table_id: str) -> list[list[Any]]:
         """[[row id, fields]] of the push plan against this table, made as `connector push` does."""
         from connector.api import Client
+        from connector.push.diff import make_plan
         from connector.push.live import read_live
-        from connector.push.plan import make_plan
         from connector.push.source import read_source
         from connector.push.validate import Key, validate
 

@@ -50,6 +50,7 @@ from connector.extras import require
 from connector.jobs.config import Job, PushSpec, load_job
 from connector.jobs.context import RunOptions
 from connector.jobs.run import run_job
+from connector.push.spec import Query
 from connector.reporting import describe_event
 from connector.results import RunSummary
 from connector.tables import selected_ids
@@ -84,11 +85,13 @@ def _assets(job: Job) -> list[dg.AssetsDefinition]:
     group = _name(job.name)
     tables = _tables(job)
     pushes = [
-        _PushAsset(f"push_{_name(Path(s.file).stem if s.file is not None else s.table)}", s)
+        _PushAsset(f"push_{_name(s.table if isinstance(s.source, Query) else Path(s.label).stem)}",
+                   s)
         for s in job.pushes
     ]
     taken: dict[str, str] = {}
-    named = [*((t.asset, t.value) for t in tables), *((p.asset, p.spec.where) for p in pushes)]
+    named = [*((t.asset, t.value) for t in tables),
+             *((p.asset, p.spec.where or p.spec.label) for p in pushes)]
     for asset, where in named:
         if asset in taken:
             raise ConfigError(
@@ -210,7 +213,7 @@ def _push_asset(job: Job, group: str, push: _PushAsset) -> dg.AssetsDefinition:
         name=push.asset,
         key_prefix=[group],
         group_name=group,
-        description=f"{push.spec.source} pushed into {push.spec.table!r} ({job.path}).",
+        description=f"{push.spec.label} pushed into {push.spec.table!r} ({job.path}).",
     )
     def _push(context: dg.AssetExecutionContext) -> dg.MaterializeResult[None]:
         summary = _run(one, context)
@@ -223,7 +226,7 @@ def _push_asset(job: Job, group: str, push: _PushAsset) -> dg.AssetsDefinition:
             "updated": result.updated,
             "deleted": result.deleted,
             "unchanged": result.unchanged,
-            "rejected": result.rejected,
+            "rejected": len(result.rejected),
         }
         if result.status == "failed":
             raise dg.Failure(description=f"{result.file}: {result.error}", metadata=metadata)

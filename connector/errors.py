@@ -40,17 +40,17 @@ The exit codes are `ExitCode`, the one table every command uses (`EXIT_CODES` in
 The transport's own exceptions never escape: they are wrapped and chained with ``from``.
 Messages never contain the API key. The reference server (`connector.server`) shares nothing with this tree.
 
-This module imports nothing heavy (no pandas, no pyarrow): the CLI imports it first.
+This module is the ground: it imports nothing of ours (and nothing heavy), and the CLI imports it
+first. A `ValidationReport` lists `Problem`s; `ConnectorError.written` is what a push had written
+when an error stopped it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from connector.push.validate import Problem
+from typing import Any, Protocol
 
 __all__ = [
     "EXIT_CODES",
@@ -128,11 +128,26 @@ EXIT_CODES: dict[ExitCode, str] = {
 }
 
 
+class Written(Protocol):
+    """What a push's writes had done when an error stopped them (`ConnectorError.written`)."""
+
+    @property
+    def created(self) -> int: ...
+    @property
+    def updated(self) -> int: ...
+    @property
+    def deleted(self) -> int: ...
+
+
 class ConnectorError(Exception):
     """Root of every error the connector raises."""
 
     #: Process exit code the CLI uses for this error.
     exit_code: int = ExitCode.FAILED
+    #: Set on an error that stopped a push's writes part-way: what they had written (the
+    #: push's `connector.results.PushResult`, read by `connector.push.written_before`). Rows
+    #: in flight may have been written too: a rerun of the push finds them and converges.
+    written: Written | None = None
 
 
 class ConfigError(ConnectorError):
@@ -196,10 +211,33 @@ class SourceError(InputError):
     """The source file cannot be read as a table (malformed, wrong format, missing sheet)."""
 
 
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a push's source: where (row, column), what value, and why."""
+
+    row: int | None
+    column: str | None
+    value: Any
+    message: str
+
+    def __str__(self) -> str:
+        where = [f"row {self.row}"] if self.row is not None else []
+        if self.column is not None:
+            where.append(f"column {self.column!r}")
+        if self.value is not None:
+            where.append(f"value {_show(self.value)}")
+        return f"{', '.join(where)}: {self.message}" if where else self.message
+
+
+def _show(value: Any) -> str:
+    """A cell's value as a message shows it: text quoted, a double in its short form."""
+    return f"{value:g}" if isinstance(value, float) else repr(value)
+
+
 class ValidationReport(InputError):
     """Every problem found in a source; raised before any write, so nothing was written.
 
-    `problems` are `connector.push.validate.Problem`s: each names its row, column and value.
+    `problems` are `Problem`s: each names its row, column and value.
     """
 
     def __init__(self, source: str, problems: Sequence[Problem]) -> None:

@@ -9,18 +9,22 @@ every command follows. `RunSummary.to_dict` is the JSON summary every ``--json``
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal
 
 from connector.errors import ConnectorError, ExitCode
 from connector.process import interrupt_code, interrupt_message
 from connector.stamps import now
+
+if TYPE_CHECKING:
+    from connector.push.plan import Plan
 
 __all__ = [
     "STATUSES",
     "DestinationResult",
     "PushResult",
     "Read",
+    "Rejected",
     "RunStatus",
     "RunSummary",
     "Status",
@@ -110,33 +114,92 @@ class TableResult:
 
 
 @dataclass(frozen=True)
-class PushResult:
-    """What a run did (or, dry, would do) with one source pushed into a table."""
+class Rejected:
+    """A row of a push the server refused: where it came from, which column, and why."""
 
+    row: int | None
+    id: str | None
+    column: str | None
+    message: str
+    fields: dict[str, Any]
+
+    def __str__(self) -> str:
+        where = f"row {self.row}" if self.row is not None else str(self.id)
+        column = f", column {self.column!r}" if self.column else ""
+        return f"rejected {where}{column}: {self.message}"
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """What a push did (or, dry, would do) with one source: what `connector.push.push`
+    returns, and the entry every command and job reports (`to_dict`).
+
+    The counts are rows written: a dry run's are 0 (its plan holds what it would write, and
+    its JSON entry counts that). Rows the server rejected make the push failed, and the
+    run partial (`outcome`); an error that stopped it is its `error`, one line, with the
+    lines that follow in `problems`.
+    """
+
+    #: What was pushed (a file, a query's database, ``DataFrame``), or the plan applied.
     file: str | None
+    #: The table as the plan names it; as the user named it when there is no plan.
     table: str | None
-    status: Status
+    status: Literal["ok", "planned", "failed"]
     created: int = 0
     updated: int = 0
     deleted: int = 0
+    #: Rows the push found equal and left as they were (0 on a dry run).
     unchanged: int = 0
     error: str | None = None
-    #: On a dry run, the plan as a person reads it (counts, a sample of each change).
-    plan: str | None = None
-    #: Rows the server rejected (the push is then partial).
-    rejected: int = 0
-    #: The source a plan was made from, and the table, key and mode it was pushed with.
-    source: str | None = None
-    table_id: str | None = None
-    key: str | None = None
-    mode: str | None = None
-    #: Requests the push sent.
+    plan: Plan | None = None
+    rejected: tuple[Rejected, ...] = ()
+    #: Write requests sent, the extra ones failures needed included (bisects, re-sends).
     requests: int = 0
-    #: Where rejected rows were written, and a saved plan (``push --plan-out``).
+    #: Where rejected rows were written, and where the plan was saved (``plan_out``).
     rejects_file: str | None = None
     plan_file: str | None = None
-    #: Every problem found in the source, one line each (row, column, value).
+    #: Every problem found in the source (row, column, value), or each rejected row.
     problems: tuple[str, ...] = ()
+    #: Reads of the whole table made to settle ambiguous failures.
+    rereads: int = 0
+    #: Wall time of the whole push (read, plan and writes).
+    seconds: float = 0.0
+    #: The most write requests in flight at once (the client's adaptive level's peak).
+    concurrency: int = 0
+
+    def as_failed(self, error: str, problems: Sequence[str] = ()) -> PushResult:
+        """This push stopped by `error`: what it had written still counted."""
+        return replace(
+            self, status="failed", error=error,
+            problems=tuple(problems) or tuple(map(str, self.rejected)), plan_file=None,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The push's entry in a run's JSON summary. A dry run counts what it would do,
+        and shows its plan as a person reads it."""
+        plan = self.plan
+        planned = plan.counts if plan is not None and self.status == "planned" else None
+        done = planned or self
+        return {
+            "file": self.file,
+            "table": self.table,
+            "status": self.status,
+            "created": done.created,
+            "updated": done.updated,
+            "deleted": done.deleted,
+            "unchanged": done.unchanged,
+            "error": self.error,
+            "plan": plan.describe() if plan is not None and planned else None,
+            "rejected": len(self.rejected),
+            "source": plan.source if plan is not None else None,
+            "table_id": plan.table.id if plan is not None else None,
+            "key": str(plan.key) if plan is not None else None,
+            "mode": plan.mode if plan is not None else None,
+            "requests": self.requests,
+            "rejects_file": self.rejects_file,
+            "plan_file": self.plan_file,
+            "problems": self.problems,
+        }
 
 
 def outcome(
@@ -215,8 +278,9 @@ class RunSummary:
     def to_dict(self) -> dict[str, Any]:
         """The JSON summary every command prints: the fields, and totals over the tables
         and pushes."""
-        out = asdict(self)
-        tables, pushes = self.tables, self.pushes
+        out = asdict(replace(self, pushes=[]))
+        out["pushes"] = pushes = [p.to_dict() for p in self.pushes]
+        tables = self.tables
         out["totals"] = {
             "tables": len(tables),
             **{s: self.count(s) for s in STATUSES},
@@ -227,10 +291,10 @@ class RunSummary:
             "late_rows": sum(t.late_rows for t in tables),
             "ahead_rows": sum(t.ahead_rows for t in tables),
             "pushes": len(pushes),
-            "push_created": sum(p.created for p in pushes),
-            "push_updated": sum(p.updated for p in pushes),
-            "push_deleted": sum(p.deleted for p in pushes),
-            "push_unchanged": sum(p.unchanged for p in pushes),
-            "push_rejected": sum(p.rejected for p in pushes),
+            "push_created": sum(p["created"] for p in pushes),
+            "push_updated": sum(p["updated"] for p in pushes),
+            "push_deleted": sum(p["deleted"] for p in pushes),
+            "push_unchanged": sum(p["unchanged"] for p in pushes),
+            "push_rejected": sum(p["rejected"] for p in pushes),
         }
         return out

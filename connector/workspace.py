@@ -18,12 +18,14 @@ from connector.api.calls import Filter
 from connector.api.models import TableSummary
 from connector.errors import PermissionDenied, SkippedTableWarning
 from connector.extract import Extraction
-from connector.modes import DEFAULT_PUSH_MODE, PushMode
+from connector.push.spec import PushSpec
 from connector.schema import Table
 from connector.tables import fetch
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from connector.results import PushResult
 
 __all__ = ["Workspace"]
 
@@ -111,24 +113,18 @@ class Workspace:
         return frames
 
     def push(
-        self,
-        source: Any,
-        *,
-        table: str,
-        key: str | Sequence[str],
-        mode: PushMode = DEFAULT_PUSH_MODE,
-        dry_run: bool = False,
-        **options: Any,
-    ) -> Any:
-        """Makes `table` match `source` (a DataFrame or a CSV/Excel/Parquet path) by `key`.
+        self, source: Any, *, dry_run: bool = False, progress: bool | None = None,
+        **settings: Any,
+    ) -> PushResult:
+        """Makes ``table`` match `source` (a DataFrame, a CSV/Excel/Parquet path, a `Query`)
+        by ``key``, and says what it did (or, on a `dry_run`, its plan).
 
-        See `connector.push.push`; this passes the workspace's client along.
+        `settings` are `connector.push.PushSpec`'s (``table``, ``key``, ``mode``...); see
+        `connector.push.push`, which this calls with the workspace's client.
         """
-        from connector.push import push  # push pulls in the source readers: loaded on use
+        from connector.push.pipeline import push  # the source readers: loaded on use
 
-        return push(
-            self.client, source, table=table, key=key, mode=mode, dry_run=dry_run, **options
-        )
+        return push(self.client, PushSpec(source, **settings), dry_run=dry_run, progress=progress)
 
     def _resolve(self, name_or_id: str) -> Table:
         """A table by the one resolver's rules (`connector.tables`); an unlisted id the

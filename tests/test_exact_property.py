@@ -29,7 +29,7 @@ from connector.api import Client
 from connector.jobs.config import one_shot_job
 from connector.jobs.context import RunOptions
 from connector.jobs.run import run_job
-from connector.push import Query, push
+from connector.push import PushSpec, Query, push
 from connector.push.sheet import arrow_frame
 from connector.values import TypeSetting
 from tests.destinations.helpers import Place, config
@@ -180,8 +180,7 @@ def test_every_value_the_server_takes_round_trips_exactly_and_pushes_back_with_n
             assert same(value, got[key][column]), (kind, key, column, value, got[key][column])
 
     with Client(shared.base_url, shared.api_key) as client:
-        done = push(client, _source(kind, out, place, location, name), table=name, key="Key",
-                    dry_run=True)
+        done = push(client, PushSpec(_source(kind, out, place, location, name), table=name, key="Key"), dry_run=True)
     assert done.plan.is_empty, (kind, done.plan.updates, done.plan.creates)
     assert done.plan.unchanged == len(expected)
 

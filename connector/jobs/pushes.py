@@ -1,9 +1,9 @@
 """A job's pushes (``[[push]]``): which spreadsheet, folder, object or query goes into
-which table, matched by which key; checked when the job file is read."""
+which table, matched by which key; read into `connector.push.PushSpec`s, checked when the
+job file is read."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -11,43 +11,9 @@ from connector.errors import ConfigError
 from connector.jobs.jobfile import JobFile, Section, kind
 from connector.locations import DatabaseUrl, check_location, is_remote
 from connector.modes import MERGED_CELLS, PUSH_MODES, PUSH_SUFFIXES, MergedCells, PushMode
+from connector.push.spec import PushSpec, Query
 
 __all__ = ["PushSpec", "parse_pushes"]
-
-
-@dataclass(frozen=True)
-class PushSpec:
-    """Push a spreadsheet (a Parquet file or folder, an object storage URL), or the rows a
-    query returns (`db` and `sql`), into a table, matching rows by `key`."""
-
-    #: The file, folder or ``s3://`` URL; None for a query.
-    file: Path | str | None
-    table: str
-    key: tuple[str, ...]
-    mode: PushMode
-    sheet: str | None
-    where: str
-    #: How ambiguous dates in the file are read (``%d/%m/%Y``), as push's ``--date-format``.
-    date_format: str | None = None
-    #: Cell texts that mean an empty cell (push's ``--null-values``); only "" by default.
-    null_values: tuple[str, ...] = ()
-    #: The file came from ``export --format csv --excel-safe`` (push's ``--excel-safe``).
-    excel_safe: bool = False
-    #: An Excel sheet's merged cells: ``refuse`` or ``fill`` (push's ``--merged-cells``).
-    merged_cells: MergedCells = "refuse"
-    #: A database URL and the query whose rows are pushed (push's ``--db`` and ``--sql``).
-    db: str | None = None
-    sql: str | None = None
-
-    @property
-    def source(self) -> str:
-        """What is pushed, as reports name it (a query by its database, no password)."""
-        if self.file is not None:
-            return str(self.file)
-        from connector.push.query import safe_url
-
-        return f"query on {safe_url(self.db or '')}"
-
 
 
 def parse_pushes(job: JobFile, data: Any) -> tuple[PushSpec, ...]:
@@ -82,25 +48,24 @@ def _push(job: JobFile, data: Any, where: str) -> PushSpec:
         raise job.error(f"{where}.table", "missing: the table (name or id) to push into")
     if not key:
         raise job.error(f"{where}.key", "missing: the column(s) that identify a row")
-    path: Path | str | None = None
-    if file is not None:
-        path = _push_file(job, file, where)
-    else:
-        db = _push_query(job, db, sql, where)
-    excel = isinstance(path, Path) and path.suffix.lower() in (".xlsx", ".xlsm")
+    source: Path | str | Query = (
+        _push_file(job, file, where) if file is not None
+        else Query(_push_query(job, db, sql, where), sql or "")
+    )
+    excel = isinstance(source, Path) and source.suffix.lower() in (".xlsx", ".xlsm")
     if sheet is not None and not excel:
         raise job.error(f"{where}.sheet", "only applies to Excel files")
     if merged_cells != "refuse" and not excel:
         raise job.error(f"{where}.merged_cells", "only applies to Excel files")
-    if date_format is not None and "%" not in date_format:
-        raise job.error(
-            f"{where}.date_format", f"must be a strftime format like %d/%m/%Y, got {date_format!r}"
+    try:
+        return PushSpec(
+            source, table, key, mode=cast(PushMode, mode), sheet=sheet, date_format=date_format,
+            null_values=null_values, excel_safe=excel_safe,
+            merged_cells=cast(MergedCells, merged_cells), where=where,
         )
-    return PushSpec(
-        path, table, key, cast(PushMode, mode), sheet, where, date_format,
-        null_values=null_values, excel_safe=excel_safe,
-        merged_cells=cast(MergedCells, merged_cells), db=db, sql=sql,
-    )
+    except ConfigError as exc:  # a setting the spec refuses, named by its key
+        raise exc.where(f"{job.file}: {where}.") from None
+
 
 def _push_file(job: JobFile, file: str, where: str) -> Path | str:
     """A push's file: a spreadsheet or Parquet file, a folder of Parquet files (relative

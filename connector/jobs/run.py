@@ -38,7 +38,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import ExitStack, nullcontext
-from dataclasses import asdict, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -147,10 +147,10 @@ class _Runner:
             self.tables = list(self.context.results) if self.context else self.tables
             if self.pushing is not None:  # stopped mid-apply: some of its rows may be written
                 self.pushes.append(PushResult(
-                    self.pushing.source, self.pushing.table, "failed",
+                    self.pushing.label, self.pushing.table, "failed",
                     error="interrupted: rows in flight may have been written; run again to finish",
                 ))
-                self.emit("push", **asdict(self.pushes[-1]))
+                self.emit("push", **self.pushes[-1].to_dict())
             summary = replace(
                 self._summary(None),
                 status="interrupted",
@@ -250,32 +250,16 @@ def _located(job: Job, where: str, call: Callable[[], Any]) -> Any:
 
 
 def _push(client: Client, job: Job, spec: PushSpec, dry_run: bool, emit: Reporter) -> PushResult:
-    from connector.push import Query, push  # pandas-heavy: only jobs that push pay
-    from connector.push.report import reported
+    from connector.push.pipeline import push  # pandas-heavy: only jobs that push pay
+    from connector.push.report import failed
 
-    source = spec.file if spec.file is not None else Query(spec.db or "", spec.sql or "", ("db", "sql"))
     try:
-        applied = push(
-            client,
-            source,
-            table=spec.table,
-            key=list(spec.key),
-            mode=spec.mode,
-            sheet=spec.sheet,
-            dry_run=dry_run,
-            progress=False,
-            date_format=spec.date_format,
-            null_values=spec.null_values,
-            excel_safe=spec.excel_safe,
-            merged_cells=spec.merged_cells,
-        )
+        out = push(client, spec, dry_run=dry_run, progress=False)
     except ConfigError as exc:  # the table or key does not fit: name the job's key at fault
         raise exc.where(f"{job.path}: {spec.where}: ") from None
     except ConnectorError as exc:  # invalid spreadsheet (nothing written), API failure
-        out = reported(spec.source, spec.table, error=exc)
-    else:
-        out = reported(spec.source, spec.table, applied, dry_run=dry_run)
-    emit("push", **asdict(out))
+        out = failed(exc, spec.label, spec.table)
+    emit("push", **out.to_dict())
     return out
 
 

@@ -18,7 +18,8 @@ from connector.cli import (
     with_exit_codes,
 )
 from connector.errors import ConnectorError, ExitCode
-from connector.modes import DEFAULT_PUSH_MODE, MERGED_CELLS, PUSH_MODES, MergedCells
+from connector.modes import DEFAULT_PUSH_MODE, MERGED_CELLS, PUSH_MODES, MergedCells, PushMode
+from connector.push.spec import PushSpec, Query
 
 __all__ = ["apply_command", "push_command"]
 
@@ -146,32 +147,31 @@ def push_command(
           --table Stock --key Sku --mode mirror
     """
     cap = _cap(max_concurrency, concurrency)
-    source: Any = _push_source(file, db, sql)
-    rejects = rejects or _rejects_beside(file, table)
+    source = _push_source(file, db, sql)
     planning = dry_run or plan_out is not None
+    shown: list[Any] = []
 
     def call(client: Any) -> Any:
-        from connector.push import push
+        from connector.push.pipeline import push
         from connector.push.plan import check_delete_guard
 
-        applied = push(
-            client, source, table=table, key=key, mode=mode, dry_run=dry_run, sheet=sheet,
-            max_delete_ratio=max_delete_ratio, allow_delete=allow_delete, plan_out=plan_out,
-            rejects=rejects, progress=None if not as_json else False, date_format=date_format,
-            null_values=null_values, excel_safe=excel_safe,
-            merged_cells=cast(MergedCells, merged_cells),
+        spec = PushSpec(
+            source, table=table, key=key, mode=cast(PushMode, mode), sheet=sheet,
+            date_format=date_format, null_values=null_values, excel_safe=excel_safe,
+            merged_cells=cast(MergedCells, merged_cells), max_delete_ratio=max_delete_ratio,
+            allow_delete=allow_delete, rejects=rejects or _rejects_beside(file, table),
+            plan_out=plan_out, names="flags",
         )
-        if planning:  # a dry run shows the plan, and whether the guard would stop it
-            shown.append(applied)
-            check_delete_guard(
-                applied.plan, max_delete_ratio=max_delete_ratio, allow_delete=allow_delete
-            )
-        return applied
+        result = push(client, spec, dry_run=dry_run, progress=None if not as_json else False)
+        if planning and result.plan is not None:  # a dry run shows the plan, and whether
+            shown.append(result)                   # the guard would stop it
+            check_delete_guard(result.plan, max_delete_ratio=max_delete_ratio,
+                               allow_delete=allow_delete, names="flags")
+        return result
 
-    shown: list[Any] = []
     label = source if isinstance(source, str) else source.name  # a query's: no password
     _drive_push(ctx, "push", call, as_json=as_json, base_url=base_url, cap=cap, file=label,
-                table=table, planning=planning, rejects=rejects, plan_out=plan_out, shown=shown)
+                table=table, planning=planning, shown=shown)
 
 
 @with_exit_codes
@@ -195,15 +195,15 @@ def apply_command(
     rejects = rejects or plan.with_name(plan.stem + ".rejects.csv")
 
     def call(client: Any) -> Any:
-        from connector.push import apply
+        from connector.push.pipeline import apply
 
         return apply(client, plan, rejects=rejects, progress=None if not as_json else False)
 
     _drive_push(ctx, "apply", call, as_json=as_json, base_url=base_url, cap=cap, file=str(plan),
-                table=None, planning=False, rejects=rejects, plan_out=None, shown=[])
+                table=None, planning=False, shown=[])
 
 
-def _push_source(file: str | None, db: str | None, sql: str | None) -> Any:
+def _push_source(file: str | None, db: str | None, sql: str | None) -> str | Query:
     """FILE, or the query --db and --sql name (a usage error unless it is one of the two)."""
     if file is not None and (db is not None or sql is not None):
         raise click.UsageError("give a FILE or --db and --sql, not both")
@@ -214,8 +214,6 @@ def _push_source(file: str | None, db: str | None, sql: str | None) -> Any:
             "--sql (the query to run on --db)" if sql is None else "--db (the database --sql runs on)"
         )
         raise click.UsageError(f"missing {missing}")
-    from connector.push.source import Query
-
     return Query(db, sql)
 
 
@@ -232,13 +230,13 @@ def _rejects_beside(file: str | None, table: str) -> Path:
 
 def _drive_push(
     ctx: click.Context, command: str, call: Any, *, as_json: bool, base_url: str | None,
-    cap: int | None, file: str, table: str | None, planning: bool, rejects: Path,
-    plan_out: Path | None, shown: list[Any],
+    cap: int | None, file: str, table: str | None, planning: bool, shown: list[Any],
 ) -> None:
-    """Run a push or apply (`call(client)` returns its `Applied`) and end the command through
-    `connector.driver.drive`: its one summary (the push as the one entry of ``pushes``, one
-    status by `connector.results.outcome`) and exit code, whatever happens. `shown`: a dry
-    run's `Applied`, kept to print its plan even when the delete guard then refuses it."""
+    """Run a push or apply (`call(client)` returns its `PushResult`) and end the command
+    through `connector.driver.drive`: its one summary (the push as the one entry of
+    ``pushes``, one status by `connector.results.outcome`) and exit code, whatever happens.
+    `file` and `table` name the push while no plan names it; `shown`: a dry run's result,
+    kept to print its plan even when the delete guard then refuses it."""
     from connector.driver import drive
 
     done: dict[str, Any] = {}
@@ -247,20 +245,20 @@ def _drive_push(
         import time
 
         from connector.process import interrupt_code
-        from connector.push.report import reported
+        from connector.push.report import failed
         from connector.results import PushResult, RunSummary, outcome
         from connector.stamps import now
 
         started, began = now(), time.monotonic()
         client: Any = None
-        applied: Any = None
+        result: PushResult | None = None
         error: ConnectorError | None = None
         status: Any = "ok"
         code: int = ExitCode.OK
         message: str | None = None
         try:
             with command_client(base_url, cap) as client:
-                applied = call(client)
+                result = call(client)
         except ConnectorError as exc:
             error = exc
             show_traceback(ctx)
@@ -268,16 +266,15 @@ def _drive_push(
             by = "Ctrl-C" if interrupt_code(exc) == ExitCode.INTERRUPTED else "SIGTERM"
             stop = (f"interrupted by {by}: rows in flight may have been written; run the push "
                     "again to finish")
-            entry = PushResult(str(file), table, "failed", error=stop)
+            entry = PushResult(file, table, "failed", error=stop)
             status, code, message = "interrupted", interrupt_code(exc), stop
-        if error is not None or applied is not None:
-            entry = reported(
-                file, table, applied if error is None else (shown or [None])[0], error=error,
-                dry_run=planning, rejects_file=rejects, plan_file=plan_out,
-            )
-            status, code = outcome([entry], entry.error if error else None,
-                                   error.exit_code if error else None)
-            message = entry.error if error else None
+        if error is not None:
+            entry = failed(error, file, table, shown[0] if shown else None)
+            status, code = outcome([entry], entry.error, error.exit_code)
+            message = entry.error
+        elif result is not None:
+            entry = result
+            status, code = outcome([entry], None)
         limit = client.concurrency if client is not None else None
         summary = RunSummary(
             job=command, status=status, exit_code=int(code), dry_run=planning,
@@ -285,17 +282,17 @@ def _drive_push(
             pushes=[entry], error=message, seconds=round(time.monotonic() - began, 3),
             concurrency=limit.peak if limit else 0, max_concurrency=limit.maximum if limit else 0,
         )
-        done.update(applied=applied, error=error)
+        done.update(result=result, error=error)
         if entry.rejected:
-            click.secho(f"{entry.rejected} row(s) rejected; written to {rejects}", fg="yellow",
-                        err=True)
+            click.secho(f"{len(entry.rejected)} row(s) rejected; written to {entry.rejects_file}",
+                        fg="yellow", err=True)
         return summary
 
     def text(summary: Any) -> None:
-        from connector.push.report import describe_plan, describe_result, headline
+        from connector.push.report import describe_result, headline
 
         if shown:
-            click.echo(describe_plan(shown[0].plan))
+            click.echo(shown[0].plan.describe())
         error = done.get("error")
         if error is not None:
             head, details = headline(error)
@@ -304,9 +301,9 @@ def _drive_push(
                 click.echo(f"  {line}", err=True)
         elif summary.status == "interrupted":
             return
-        elif plan_out is not None:
-            click.echo(f"plan saved to {plan_out}; apply it with: connector apply {plan_out}")
+        elif (saved := summary.pushes[0].plan_file) is not None:
+            click.echo(f"plan saved to {saved}; apply it with: connector apply {saved}")
         elif not planning:
-            click.echo(describe_result(done["applied"]))
+            click.echo(describe_result(done["result"]))
 
     drive(ctx, lambda: command, body, as_json=as_json, text=text, dry_run=planning)

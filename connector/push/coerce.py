@@ -33,6 +33,7 @@ import numbers
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -40,12 +41,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from connector.push.dates import date_from_date, date_from_serial, date_strings
+from connector.push.spec import Names, setting
 from connector.schema import CHECKBOX_FALSE, CHECKBOX_TRUE, Column
 
 __all__ = [
     "Coerced",
     "canonical_dtype",
-    "check_date_format",
     "coerce_column",
     "json_keys",
     "number_keys",
@@ -55,10 +57,6 @@ __all__ = [
 
 #: Column types whose cells are kept as written: no trimming, spaces are text.
 TEXT_KINDS = frozenset({"text", "choice"})
-#: Excel's day zero (serial 1 is 1900-01-01 for every date after Excel's phantom 1900-02-29).
-EXCEL_EPOCH = dt.date(1899, 12, 30)
-#: Serial of 9999-12-31, the last date Excel knows.
-EXCEL_MAX_SERIAL = 2_958_465
 #: Integers a double holds whatever their last bits (|n| < 2**53).
 _MAX_EXACT_INT = 2**53
 #: An integer's text (a whole number with an optional zero fraction: ``12``, ``12.000``).
@@ -66,12 +64,7 @@ _INTEGER = r"[+-]?\d+(?:\.0*)?"
 #: Significant digits a double's text needs at most (``%.17g``): a text of more names a
 #: decimal no double holds, unless it is the double's exact expansion or shortest text.
 _DOUBLE_DIGITS = 17
-
-_ISO_DATE = r"\d{4}-\d{2}-\d{2}"
-_ISO_MIDNIGHT = _ISO_DATE + r"[T ]00:00(?::00(?:\.0+)?)?(?:Z|[+-]00:?00)?"
-_SERIAL = r"\d{1,7}(?:\.0+)?"
 _THOUSANDS = r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?"
-
 _CANONICAL: dict[str, str] = {
     "text": "string",
     "choice": "string",
@@ -96,15 +89,20 @@ def canonical_dtype(column: Column) -> str:
     return _CANONICAL[column.kind.name]
 
 
-def coerce_column(cells: pd.Series, column: Column, *, date_format: str | None = None) -> Coerced:
+def coerce_column(
+    cells: pd.Series, column: Column, *, date_format: str | None = None,
+    names: Names = "parameters",
+) -> Coerced:
     """Coerce one source (or table) column to `column`'s canonical form.
 
     `date_format` (``strptime``, e.g. ``%d/%m/%Y``) reads dates whose day and month order
-    the column cannot settle by itself (see `_date_strings`).
+    the column cannot settle by itself (see `connector.push.dates.date_strings`); a message
+    that asks for one names it as `names` say.
     """
     kind = column.kind.name
     cells = cells.reset_index(drop=True)
-    typed = _typed(cells, column, date_format)
+    hint = setting("date_format", names)
+    typed = _typed(cells, column, date_format, hint)
     if typed is not None:
         return typed
     obj = cells.astype(object) if cells.dtype != object else cells
@@ -121,14 +119,16 @@ def coerce_column(cells: pd.Series, column: Column, *, date_format: str | None =
     # NaN floats and NaT are nulls already; keep counting honest for them too.
     counts["empty → null"] += int((nulls & (kinds != "str")).sum())
     out = pd.Series(pd.NA, index=cells.index, dtype=canonical_dtype(column))
-    ctx = _Ctx(kind, obj, kinds, nulls, out, {}, counts, date_format)
+    ctx = _Ctx(kind, obj, kinds, nulls, out, {}, counts, date_format, hint)
     ctx.strings(is_str, texts[~blank])
     for cell_kind in ("number", "bool", "date", "datetime", "other"):
         ctx.natives(cell_kind)
     return Coerced(ctx.out, ctx.errors, +counts)
 
 
-def _typed(cells: pd.Series, column: Column, date_format: str | None) -> Coerced | None:
+def _typed(
+    cells: pd.Series, column: Column, date_format: str | None, hint: str
+) -> Coerced | None:
     """A column whose cells are all of one type (a Parquet file's, a query's), coerced without
     a Python object per cell: text into any column, numbers into a number column, booleans
     into a checkbox, dates into a date. None for the other pairs (the cell-by-cell path)."""
@@ -136,14 +136,14 @@ def _typed(cells: pd.Series, column: Column, date_format: str | None) -> Coerced
     nulls = cells.isna().to_numpy(dtype=bool)
     counts: Counter[str] = Counter({"empty → null": int(nulls.sum())})
     if isinstance(dtype, pd.StringDtype):
-        return _texts(cells, column, nulls, counts, date_format)
+        return _texts(cells, column, nulls, counts, date_format, hint)
     if kind == "date" and isinstance(dtype, pd.ArrowDtype) and pa.types.is_date(dtype.pyarrow_dtype):
         iso = pa.array(cells.array).cast(pa.string())  # YYYY-MM-DD, years before 1000 too
         text = pd.Series(iso.to_pandas(types_mapper=lambda _: pd.StringDtype("pyarrow")))
         return Coerced(text.set_axis(cells.index), {}, +counts)
     if kind == "number" and _is_number_dtype(dtype):
         keys, failed, notes = number_keys(cells)
-        errors = {int(i): notes.get(int(i), _NOT[kind]) for i in np.flatnonzero(failed & ~nulls)}
+        errors = {int(i): notes.get(int(i), _not(kind, hint)) for i in np.flatnonzero(failed & ~nulls)}
         return Coerced(keys.set_axis(cells.index), errors, +counts)
     if kind == "checkbox" and pd.api.types.is_bool_dtype(dtype):
         return Coerced(cells.astype("boolean"), {}, +counts)
@@ -152,7 +152,7 @@ def _typed(cells: pd.Series, column: Column, date_format: str | None) -> Coerced
 
 def _texts(
     cells: pd.Series, column: Column, nulls: np.ndarray[Any, Any], counts: Counter[str],
-    date_format: str | None,
+    date_format: str | None, hint: str,
 ) -> Coerced:
     """`_typed` for text cells: the string rules of the column's type, all at once. Typed
     text is exact: ``""`` in a text or choice column is the empty string."""
@@ -164,23 +164,11 @@ def _texts(
     if blank.any():
         texts = texts.mask(blank)
     out = pd.Series(pd.NA, index=cells.index, dtype=canonical_dtype(column))
-    ctx = _Ctx(column.kind.name, cells, np.array([]), nulls | blank, out, {}, counts, date_format)
+    ctx = _Ctx(
+        column.kind.name, cells, np.array([]), nulls | blank, out, {}, counts, date_format, hint
+    )
     ctx.strings(~(nulls | blank), texts)
     return Coerced(ctx.out, ctx.errors, +counts)
-
-
-def check_date_format(date_format: str) -> str | None:
-    """Why `date_format` cannot read dates back exactly (None when it can): it must hold
-    a day, a month and a year, as ``%d/%m/%Y`` does."""
-    sample = dt.date(2024, 3, 25)
-    try:
-        written = sample.strftime(date_format)
-        read = dt.datetime.strptime(written, date_format).date()
-    except ValueError as exc:
-        return str(exc)
-    if read != sample:
-        return "it must hold a day, a month and a year, e.g. %d/%m/%Y or %m/%d/%Y"
-    return None
 
 
 def same_values(new: pd.Series, old: pd.Series, column: Column) -> np.ndarray[Any, np.dtype[np.bool_]]:
@@ -334,8 +322,6 @@ def _text_keys(texts: pd.Series) -> tuple[pd.Series, np.ndarray[Any, Any], dict[
 
 def _names_double(text: str, number: float) -> bool:
     """Whether the decimal `text` is exactly the double `number`, or its shortest text."""
-    from decimal import Decimal
-
     exact = Decimal(text)
     return exact == Decimal(number) or exact == Decimal(repr(number))
 
@@ -380,6 +366,8 @@ class _Ctx:
     errors: dict[int, str]
     counts: Counter[str]
     date_format: str | None = None
+    #: The date format's setting as messages name it (``date_format``, ``--date-format``).
+    hint: str = "date_format"
 
     def strings(self, mask: np.ndarray[Any, Any], texts: pd.Series) -> None:
         """The cells at `mask`, whose text is `texts` (all of the column's, or those at
@@ -392,7 +380,7 @@ class _Ctx:
         texts = texts.reset_index(drop=True)
         notes: dict[int, str] = {}
         if self.type == "date":
-            values, failed, counts = _date_strings(texts, self.date_format, notes)
+            values, failed, counts = date_strings(texts, self.date_format, notes, self.hint)
         elif self.type == "number":
             values, failed, counts = _number_strings(texts, notes)
         else:
@@ -404,7 +392,7 @@ class _Ctx:
             self.out.iloc[positions[ok]] = values[ok].to_numpy()  # type: ignore[call-overload]
         self.counts.update(counts)
         for i in np.flatnonzero(failed).tolist():
-            self.errors[int(positions[i])] = notes.get(i, _NOT[self.type])
+            self.errors[int(positions[i])] = notes.get(i, _not(self.type, self.hint))
 
     def natives(self, kind: str) -> None:
         mask = (self.kinds == kind) & ~self.nulls
@@ -419,7 +407,7 @@ class _Ctx:
         for pos in np.flatnonzero(mask).tolist():
             result = rule(self.cells.iat[pos]) if rule else None
             if result is None:
-                self.errors[int(pos)] = _NOT[self.type]
+                self.errors[int(pos)] = _not(self.type, self.hint)
                 continue
             converted, counted = result
             done.append(pos)
@@ -442,7 +430,7 @@ class _Ctx:
         keys, failed, notes = _text_keys(texts)
         self.out.iloc[positions[~failed]] = keys[~failed].to_numpy()  # type: ignore[call-overload]
         for i in np.flatnonzero(failed).tolist():
-            self.errors[int(positions[i])] = notes.get(i, _NOT[self.type])
+            self.errors[int(positions[i])] = notes.get(i, _not(self.type, self.hint))
 
 
 # --- rules for text cells (vectorised) ---------------------------------------------------
@@ -457,8 +445,13 @@ _NOT: dict[str, str] = {
     "number": "not a number",
     "checkbox": "not a checkbox value (use TRUE/FALSE, yes/no or 1/0)",
     "date": "not a date (use YYYY-MM-DD, a date like '5 March 2024', an Excel date, "
-            "or give --date-format)",
+            "or give {hint})",
 }
+
+
+def _not(kind: str, hint: str) -> str:
+    """Why a cell is not a value of `kind`; a date's names the date format's setting."""
+    return _NOT[kind].format(hint=hint)
 
 
 def _text_strings(texts: pd.Series) -> tuple[pd.Series, np.ndarray[Any, Any], Counter[str]]:
@@ -492,172 +485,12 @@ def _checkbox_strings(texts: pd.Series) -> tuple[pd.Series, np.ndarray[Any, Any]
     return values, failed, Counter({"checkbox from text": int((~failed).sum())})
 
 
-def _date_strings(
-    texts: pd.Series, date_format: str | None = None, notes: dict[int, str] | None = None
-) -> tuple[pd.Series, np.ndarray[Any, Any], Counter[str]]:
-    """Dates as spreadsheets write them, trying the unambiguous forms first.
-
-    ISO dates (and ISO date-times at midnight), Excel serials, year-first dates
-    (``2024/03/05``) and dates with a month name (``5 March 2024``, ``March 5, 2024``,
-    ``05-Mar-2024``) are read as they are. Day/month-ambiguous dates (``05/03/2024``) are read
-    with `date_format` when given; otherwise the column settles the order when every value
-    fits one order and some value fits only that one (``25/03/2024``). The others fail,
-    with a note (by position in `texts`) saying what to give.
-    """
-    stripped = texts.str.strip()
-    values = pd.Series(pd.NA, index=texts.index, dtype="string")
-    counts: Counter[str] = Counter()
-    iso = stripped.str.fullmatch(_ISO_DATE).fillna(False).to_numpy(dtype=bool)
-    midnight = ~iso & stripped.str.fullmatch(_ISO_MIDNIGHT).fillna(False).to_numpy(dtype=bool)
-    serial = ~iso & ~midnight & stripped.str.fullmatch(_SERIAL).fillna(False).to_numpy(dtype=bool)
-    dated = iso | midnight
-    if dated.any():
-        day = stripped[dated].str.slice(0, 10)
-        valid = _real_dates(day)
-        where = np.flatnonzero(dated)[valid]
-        values.iloc[where] = day[valid].to_numpy()
-        counts["date from ISO text"] = int(valid[iso[dated]].sum())
-        counts["date from ISO date-time at midnight"] = int(valid[midnight[dated]].sum())
-    if serial.any():
-        days = pd.to_numeric(stripped[serial].astype(object)).to_numpy(dtype=float)
-        ok = (days >= 1) & (days <= EXCEL_MAX_SERIAL)
-        stamps = pd.Timestamp(EXCEL_EPOCH) + pd.to_timedelta(days[ok], unit="D")
-        values.iloc[np.flatnonzero(serial)[ok]] = stamps.strftime("%Y-%m-%d").to_numpy()
-        counts["date from Excel serial"] = int(ok.sum())
-    rest = values.isna().to_numpy() & ~(iso | midnight | serial)
-    if rest.any():
-        _spreadsheet_dates(stripped, values, rest, counts, date_format, notes)
-    return values, values.isna().to_numpy(), counts
-
-
-def _real_dates(days: pd.Series) -> np.ndarray[Any, Any]:
-    """Which ``YYYY-MM-DD`` texts are real calendar dates, years 1 to 9999 (as the API's
-    dates: pandas' own timestamps end at 1677 and 2262)."""
-    texts = days.astype(object).tolist()
-    try:
-        pa.array(texts, pa.string()).cast(pa.date32())
-        return np.ones(len(texts), dtype=bool)
-    except pa.ArrowInvalid:  # shaped like a date but not one (2024-02-31): each on its own
-        return np.array([_is_date(t) for t in texts], dtype=bool)
-
-
-def _is_date(text: str) -> bool:
-    try:
-        dt.date.fromisoformat(text)
-    except ValueError:
-        return False
-    return True
-
-
-#: English month names and abbreviations (``Sept`` too), lower case, to month numbers.
-MONTHS: dict[str, int] = {
-    **{m.lower(): i for i, m in enumerate(
-        ["January", "February", "March", "April", "May", "June", "July", "August",
-         "September", "October", "November", "December"], start=1)},
-    **{m.lower(): i for i, m in enumerate(
-        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"],
-        start=1)},
-    "sept": 9,
-}
-_DAY = r"(?P<day>\d{1,2})(?:st|nd|rd|th)?"
-_MONTH = r"(?P<month>[A-Za-z]{3,9})\.?"
-_YEAR = r"(?P<year>\d{4})"
-#: Forms with nothing to guess: year first, or the month spelt out (either order).
-_UNAMBIGUOUS = (
-    r"(?P<year>\d{4})[/.-](?P<month>\d{1,2})[/.-](?P<day>\d{1,2})",
-    _DAY + r"[ -]" + _MONTH + r",?[ -]" + _YEAR,
-    _MONTH + r" " + _DAY + r",? " + _YEAR,
-)
-#: Day and month both in numbers before the year: 05/03/2024 is 5 March or May 3.
-_AMBIGUOUS = r"(?P<a>\d{1,2})(?P<sep>[/.-])(?P<b>\d{1,2})(?P=sep)(?P<year>\d{4})"
-
-
-def _spreadsheet_dates(
-    stripped: pd.Series, values: pd.Series, rest: np.ndarray[Any, Any], counts: Counter[str],
-    date_format: str | None, notes: dict[int, str] | None,
-) -> None:
-    """Fill `values` at `rest` from the forms of `_date_strings`' docstring."""
-    todo = stripped[rest]
-    where = np.flatnonzero(rest)
-    if date_format is not None:
-        parsed = pd.to_datetime(todo, format=date_format, errors="coerce")
-        ok = (parsed.notna() & (parsed == parsed.dt.normalize())).to_numpy(dtype=bool)
-        values.iloc[where[ok]] = parsed[ok].dt.strftime("%Y-%m-%d").to_numpy()
-        counts["date with --date-format"] += int(ok.sum())
-        todo, where = todo[~ok], where[~ok]
-    for pattern in _UNAMBIGUOUS:
-        if not len(todo):
-            return
-        found = todo.str.extract("^" + pattern + "$")
-        matched = found["year"].notna().to_numpy(dtype=bool)
-        if not matched.any():
-            continue
-        month = found["month"][matched].astype(str).str.lower()
-        numbers = pd.to_numeric(month, errors="coerce")
-        month_no = numbers.where(numbers.notna(), month.map(MONTHS))
-        iso = _iso_dates(found["year"][matched], month_no, found["day"][matched])
-        ok = iso.notna().to_numpy(dtype=bool)
-        hit = np.flatnonzero(matched)[ok]
-        values.iloc[where[hit]] = iso[ok].to_numpy()
-        counts["date from text with the year first or a month name"] += len(hit)
-        keep = np.ones(len(todo), dtype=bool)
-        keep[hit] = False
-        todo, where = todo[keep], where[keep]
-    if not len(todo) or date_format is not None:
-        return
-    found = todo.str.extract("^" + _AMBIGUOUS + "$")
-    matched = found["year"].notna().to_numpy(dtype=bool)
-    if not matched.any():
-        return
-    a = found["a"][matched].astype(int).to_numpy()
-    b = found["b"][matched].astype(int).to_numpy()
-    years = found["year"][matched]
-    day_first = _iso_dates(years, pd.Series(b, index=years.index), pd.Series(a, index=years.index))
-    month_first = _iso_dates(years, pd.Series(a, index=years.index), pd.Series(b, index=years.index))
-    dm_ok = day_first.notna().to_numpy(dtype=bool)
-    md_ok = month_first.notna().to_numpy(dtype=bool)
-    only_dm, only_md = dm_ok & ~md_ok, md_ok & ~dm_ok
-    same = dm_ok & md_ok & (a == b)  # 05/05/2024 reads the same either way
-    if only_dm.any() and not only_md.any():
-        chosen, order = dm_ok, "day first"
-    elif only_md.any() and not only_dm.any():
-        chosen, order = md_ok, "month first"
-    else:
-        chosen, order = only_dm | only_md | same, "one reading only"
-    picked = day_first.where(dm_ok & (order != "month first"), month_first)
-    hit = np.flatnonzero(matched)[chosen]
-    values.iloc[where[hit]] = picked[chosen].to_numpy()
-    counts[f"date from day/month text ({order})"] += len(hit)
-    if notes is None:
-        return
-    mixed = only_dm.any() and only_md.any()
-    for i in np.flatnonzero(matched)[~chosen & (dm_ok | md_ok)].tolist():
-        sep = found["sep"].iat[i]
-        formats = f"'%d{sep}%m{sep}%Y' or '%m{sep}%d{sep}%Y'"
-        why = (
-            "the column has both day-first and month-first dates" if mixed
-            else "day and month could be either way"
-        )
-        notes[int(where[i])] = f"ambiguous date: {why}; give --date-format ({formats})"
-
-
-def _iso_dates(years: pd.Series, months: pd.Series, days: pd.Series) -> pd.Series:
-    """``YYYY-MM-DD`` text where year, month and day make a real date, else NA."""
-    parts = pd.DataFrame({
-        "year": pd.to_numeric(years, errors="coerce"),
-        "month": pd.to_numeric(months, errors="coerce"),
-        "day": pd.to_numeric(days, errors="coerce"),
-    })
-    stamps = pd.to_datetime(parts, errors="coerce")
-    return stamps.dt.strftime("%Y-%m-%d").astype("string")
-
-
 _STRING_RULES: dict[str, _StringRule] = {
     "text": _text_strings,
     "choice": _text_strings,
     "number": _number_strings,
     "checkbox": _checkbox_strings,
-    "date": _date_strings,
+    "date": date_strings,
 }
 
 
@@ -697,25 +530,6 @@ def _checkbox_from_number(value: Any) -> tuple[bool, str] | None:
     return (bool(number), "checkbox from number") if number in (0.0, 1.0) else None
 
 
-def _date_from_date(value: Any) -> tuple[str, str | None] | None:
-    if type(value) is dt.date:  # any year the API takes (pandas' timestamps end at 1677, 2262)
-        return value.isoformat(), None
-    if isinstance(value, dt.datetime):
-        return (value.date().isoformat(), "date from date-time at midnight") if (
-            value.time() == dt.time()) else None
-    stamp = pd.Timestamp(value)  # a numpy datetime64
-    if stamp != stamp.normalize():
-        return None
-    return stamp.date().isoformat(), "date from date-time at midnight"
-
-
-def _date_from_serial(value: Any) -> tuple[str, str] | None:
-    days = float(value)
-    if not (days.is_integer() and 1 <= days <= EXCEL_MAX_SERIAL):
-        return None
-    return (EXCEL_EPOCH + dt.timedelta(days=int(days))).isoformat(), "date from Excel serial"
-
-
 _NATIVE_RULES: dict[str, dict[str, _NativeRule]] = {
     "text": {
         "number": _text_from_number,
@@ -726,7 +540,7 @@ _NATIVE_RULES: dict[str, dict[str, _NativeRule]] = {
     },
     "number": {},  # numbers: `_Ctx._same_kind`
     "checkbox": {"number": _checkbox_from_number},  # booleans: `_Ctx._same_kind`
-    "date": {"date": _date_from_date, "datetime": _date_from_date, "number": _date_from_serial},
+    "date": {"date": date_from_date, "datetime": date_from_date, "number": date_from_serial},
 }
 _NATIVE_RULES["choice"] = {**_NATIVE_RULES["text"]}
 

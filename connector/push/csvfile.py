@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from connector.errors import SourceError
-from connector.push.sheet import Sheet, Source, check_header, numbered, one_line
+from connector.push.sheet import Sheet, SourceFrame, check_header, numbered, one_line
 
 __all__ = ["CSV_DELIMITERS", "open_csv"]
 
@@ -46,7 +46,7 @@ def _csv_header(raw: bytes) -> tuple[str, ...] | None:
     return None if first is None else tuple(n for n in first if n)
 
 
-def _read_csv(path: str, data: bytes, markers: frozenset[str]) -> Source:
+def _read_csv(path: str, data: bytes, markers: frozenset[str]) -> SourceFrame:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -13,7 +13,8 @@ import pandas as pd
 
 from connector.errors import SourceError
 from connector.modes import MergedCells
-from connector.push.sheet import Source, blank_markers, check_header, numbered, one_line
+from connector.push.sheet import SourceFrame, blank_markers, check_header, numbered, one_line
+from connector.push.spec import Names, setting
 
 __all__ = ["read_excel"]
 
@@ -26,8 +27,9 @@ _SHOWN_CELLS = 10
 
 
 def read_excel(
-    path: Path, sheet: str | None, markers: frozenset[str], merged_cells: MergedCells
-) -> Source:
+    path: Path, sheet: str | None, markers: frozenset[str], merged_cells: MergedCells,
+    names: Names = "parameters",
+) -> SourceFrame:
     import openpyxl
     from openpyxl.utils import get_column_letter
     from openpyxl.utils.exceptions import InvalidFileException
@@ -50,24 +52,24 @@ def read_excel(
     if _sheets_hold(path, _FORMULA_TAG):
         _check_formulas(path, title, cells)
     if _sheets_hold(path, _MERGE_TAG):
-        _merges(path, title, cells, merged_cells)
+        _merges(path, title, cells, merged_cells, names)
     first = next((i for i, r in enumerate(cells) if any(v is not None for v in r)), None)
     if first is None:
         raise SourceError(f"{path}: sheet {ws.title!r} is empty")
     header = cells[first]
     body = cells[first + 1 :]
     width = max([len(header), *(len(r) for r in body)])
-    names = [str(header[i]) if i < len(header) and header[i] is not None else ""
-             for i in range(width)]  # as spelled: `x ` is not `x`
-    for i, name in enumerate(names):
+    spelled = [str(header[i]) if i < len(header) and header[i] is not None else ""
+               for i in range(width)]  # as spelled: `x ` is not `x`
+    for i, name in enumerate(spelled):
         if not name and any(i < len(r) and r[i] is not None for r in body):
             letter = get_column_letter(i + 1)
             raise SourceError(f"{path}: column {letter} has values but no header in row {first + 1}")
-    keep = [i for i, name in enumerate(names) if name]
-    check_header([names[i] for i in keep], path)
+    keep = [i for i, name in enumerate(spelled) if name]
+    check_header([spelled[i] for i in keep], path)
     frame = pd.DataFrame(
         [[r[i] if i < len(r) else None for i in keep] for r in body],
-        columns=[names[i] for i in keep],
+        columns=[spelled[i] for i in keep],
         dtype=object,
     )
     return numbered(str(path), blank_markers(frame, markers), first_row=first + 2)
@@ -121,7 +123,9 @@ def _check_formulas(path: Path, title: str, values: list[list[Any]]) -> None:
         )
 
 
-def _merges(path: Path, title: str, cells: list[list[Any]], merged_cells: MergedCells) -> None:
+def _merges(
+    path: Path, title: str, cells: list[list[Any]], merged_cells: MergedCells, names: Names
+) -> None:
     """Refuse the merges of sheet `title` that hold a value, naming each; or (``fill``) copy
     each one's value into the cells it covers, in `cells` (rows of values, from A1)."""
     import openpyxl
@@ -141,11 +145,11 @@ def _merges(path: Path, title: str, cells: list[list[Any]], merged_cells: Merged
     if not held:
         return
     if merged_cells == "refuse":
-        names = ", ".join(f"{quote_sheetname(title)}!{merge.coord}" for merge, _ in held)
+        shown = ", ".join(f"{quote_sheetname(title)}!{merge.coord}" for merge, _ in held)
         raise SourceError(
-            f"{path}: sheet {title!r} has {len(held)} merged range(s) holding a value ({names}); "
-            "the cells a merge covers read as empty. Unmerge them, or give --merged-cells fill "
-            "(job setting merged_cells = \"fill\") to copy each merge's value into its cells"
+            f"{path}: sheet {title!r} has {len(held)} merged range(s) holding a value ({shown}); "
+            f"the cells a merge covers read as empty. Unmerge them, or give "
+            f"{setting('merged_cells', names, 'fill')} to copy each merge's value into its cells"
         )
     for merge, value in held:
         while len(cells) < merge.max_row:

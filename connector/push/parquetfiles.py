@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from connector.errors import SourceError
-from connector.push.sheet import Sheet, Source, arrow_frame, blanked, check_header, one_line
+from connector.push.sheet import Sheet, SourceFrame, arrow_frame, blanked, check_header, one_line
 
 __all__ = ["open_parquet"]
 
@@ -36,7 +36,7 @@ def open_parquet(name: str, markers: frozenset[str], fs: Any = None) -> Sheet:
         raise SourceError(f"{name}: holds no Parquet file (*.parquet)")
     check_header(list(names), name)
 
-    def read(columns: frozenset[str] | None) -> Source:
+    def read(columns: frozenset[str] | None) -> SourceFrame:
         wanted = [n for n in names if columns is None or n in columns]
         try:
             frame = arrow_frame(pa.Table.from_batches(
@@ -46,7 +46,7 @@ def open_parquet(name: str, markers: frozenset[str], fs: Any = None) -> Sheet:
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise SourceError(f"{name}: not a readable Parquet file ({one_line(exc)})") from None
         rows = np.arange(2, len(frame) + 2, dtype=np.int64)
-        return blanked(Source(name, frame, rows, names), markers)
+        return blanked(SourceFrame(name, frame, rows, names), markers)
 
     return Sheet(name, names, read)
 

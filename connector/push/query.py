@@ -24,8 +24,8 @@ it, before the query runs (a push with ``--dry-run`` opens its source too):
   refused: its ``lo_export()`` writes one even from a read-only transaction.
 
 So a bad URL, a statement of another kind (named in the message) or a query the database
-refuses is a `ConfigError` naming the flag or job key (`Query.where`) before a row is read or
-written. Its result columns are the header the push checks against the table; rows are
+refuses is a `ConfigError` naming the setting (the parameter, flag or job key: `open_query`'s
+`names`) before a row is read or written. Its result columns are the header the push checks against the table; rows are
 numbered from 1, in the order the query returns them.
 """
 
@@ -44,14 +44,14 @@ import pandas as pd
 from connector.errors import ConfigError
 from connector.extras import require
 from connector.locations import SCHEMES, DatabaseUrl, filesystem
-from connector.push.sheet import Sheet, Source, arrow_frame
-from connector.push.source import Query
+from connector.push.sheet import Sheet, SourceFrame, arrow_frame
+from connector.push.spec import Names, Query, safe_url, setting
 
 if TYPE_CHECKING:
     import psycopg
     import sqlalchemy as sa
 
-__all__ = ["check_url", "open_query", "safe_url"]
+__all__ = ["check_url", "open_query"]
 
 #: Rows fetched from a database at a time.
 FETCH_ROWS = 65_536
@@ -84,29 +84,21 @@ _QUERIES = frozenset({"SELECT", "VALUES", "TABLE", "WITH"})
 _FIRST_WORD = re.compile(r"(?:\s+|--[^\n]*|/\*.*?\*/|\()*(\w+)", re.DOTALL)
 
 
-def open_query(query: Query) -> Sheet:
-    """Run `query` read-only and return its rows as a source; ConfigError (naming
-    `query.where`) when the URL, the database or the query cannot be used."""
-    db, sql = query.where
+def open_query(query: Query, names: Names = "parameters") -> Sheet:
+    """Run `query` read-only and return its rows as a source; ConfigError (naming the
+    setting at fault as `names` say) when the URL, the database or the query cannot be used."""
+    where = db, sql = setting("db", names), setting("sql", names)
     if not query.sql.strip():
         raise ConfigError(f"{sql}: the query is empty")
-    if query.url.lower().startswith("duckdb:"):
-        return _duckdb(query)
+    if query.db.lower().startswith("duckdb:"):
+        return _duckdb(query, where)
     import sqlalchemy as sa
 
-    check_url(query.url, db)
-    url = sa.engine.make_url(query.url)
+    check_url(query.db, db)
+    url = sa.engine.make_url(query.db)
     if url.get_backend_name() == "sqlite":
-        return _sqlite(query, url.database or ":memory:")
-    return _postgresql(query, url)
-
-
-def safe_url(url: str) -> str:
-    """`url` with any password left out (a URL that does not parse is not shown)."""
-    try:
-        return DatabaseUrl.parse(url, where="db", memory=True).redacted()
-    except ConfigError:
-        return "an unparsable database URL"
+        return _sqlite(query, url.database or ":memory:", where)
+    return _postgresql(query, url, where)
 
 
 def check_url(url: str, where: str) -> None:
@@ -129,9 +121,9 @@ def _duckdb_path(url: str, where: str) -> str:
     return path
 
 
-def _duckdb(query: Query) -> Sheet:
-    db, sql = query.where
-    path = _duckdb_path(query.url, db)
+def _duckdb(query: Query, where: tuple[str, str]) -> Sheet:
+    db, sql = where
+    path = _duckdb_path(query.db, db)
     duckdb = require("duckdb", "duckdb:/// queries")
     if path != ":memory:" and not Path(path).is_file():
         raise ConfigError(f"{db}: no DuckDB database file {path}")
@@ -160,7 +152,7 @@ def _duckdb(query: Query) -> Sheet:
         con.close()
         raise
 
-    def read(wanted: frozenset[str] | None) -> Source:
+    def read(wanted: frozenset[str] | None) -> SourceFrame:
         # Only the columns the push uses: a `SELECT *` over an export would otherwise read
         # and hold its row ids and stamps too (+60 MB at 1M rows).
         kept = [c for c in columns if wanted is None or c in wanted]
@@ -178,8 +170,8 @@ def _duckdb(query: Query) -> Sheet:
     return Sheet(query.name, columns, read)
 
 
-def _sqlite(query: Query, database: str) -> Sheet:
-    db, sql = query.where
+def _sqlite(query: Query, database: str, where: tuple[str, str]) -> Sheet:
+    db, sql = where
     memory = database == ":memory:"
     if not memory and not Path(database).is_file():
         raise ConfigError(f"{db}: no SQLite database file {database}")
@@ -206,7 +198,7 @@ def _sqlite(query: Query, database: str) -> Sheet:
         con.close()
         raise
     return Sheet(query.name, columns,
-                 _fetched(query, columns, cursor.fetchall, sqlite3.Error, con.close))
+                 _fetched(query, columns, cursor.fetchall, sqlite3.Error, con.close, sql))
 
 
 def _sqlite_select(
@@ -237,16 +229,16 @@ def _sqlite_select(
         raise ConfigError(f"{where}: the database refused the query: {_line(exc)}") from None
 
 
-def _postgresql(query: Query, url: sa.URL) -> Sheet:
+def _postgresql(query: Query, url: sa.URL, where: tuple[str, str]) -> Sheet:
     import psycopg
     import sqlalchemy as sa
 
-    db, sql = query.where
+    db, sql = where
     try:
         engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
         raw = engine.raw_connection()
     except (sa.exc.SQLAlchemyError, psycopg.Error) as exc:
-        raise ConfigError(f"{db}: cannot connect to {safe_url(query.url)}: {_line(exc)}") from None
+        raise ConfigError(f"{db}: cannot connect to {safe_url(query.db)}: {_line(exc)}") from None
 
     def close() -> None:
         raw.close()  # the transaction rolled back
@@ -277,20 +269,21 @@ def _postgresql(query: Query, url: sa.URL) -> Sheet:
         close()
         raise
     return Sheet(query.name, columns,
-                 _fetched(query, columns, cursor.fetchall, psycopg.Error, close))
+                 _fetched(query, columns, cursor.fetchall, psycopg.Error, close, sql))
 
 
 def _fetched(
     query: Query, columns: tuple[str, ...], fetchall: Callable[[], Sequence[Sequence[Any]]],
-    errors: type[Exception], close: Callable[[], None],
-) -> Callable[[frozenset[str] | None], Source]:
-    """A `Sheet` reader of the rows a DB-API cursor holds, closing its connection."""
+    errors: type[Exception], close: Callable[[], None], sql: str,
+) -> Callable[[frozenset[str] | None], SourceFrame]:
+    """A `Sheet` reader of the rows a DB-API cursor holds, closing its connection; a
+    failure names `sql`, the query's setting."""
 
-    def read(_: frozenset[str] | None) -> Source:
+    def read(_: frozenset[str] | None) -> SourceFrame:
         try:
             rows = fetchall()
         except errors as exc:
-            raise ConfigError(f"{query.where[1]}: the query failed: {_line(exc)}") from None
+            raise ConfigError(f"{sql}: the query failed: {_line(exc)}") from None
         finally:
             close()
         cells = list(zip(*rows, strict=True)) if rows else [() for _ in columns]
@@ -333,8 +326,8 @@ def _compact(cells: pd.Series) -> pd.Series:
     return cells
 
 
-def _numbered(name: str, frame: pd.DataFrame, columns: tuple[str, ...]) -> Source:
-    return Source(name, frame, np.arange(1, len(frame) + 1, dtype=np.int64), columns)
+def _numbered(name: str, frame: pd.DataFrame, columns: tuple[str, ...]) -> SourceFrame:
+    return SourceFrame(name, frame, np.arange(1, len(frame) + 1, dtype=np.int64), columns)
 
 
 def _line(exc: BaseException) -> str:

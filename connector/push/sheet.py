@@ -1,5 +1,5 @@
 """What every push source becomes: a `Sheet` (opened: name and header) read into a
-`Source` (cells by column, each row's spreadsheet row number), and the steps every reader
+`SourceFrame` (cells by column, each row's spreadsheet row number), and the steps every reader
 shares: header checks, row numbers, the empty-cell markers, Arrow columns as pandas ones."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from connector.errors import SourceError
 
 __all__ = [
     "Sheet",
-    "Source",
+    "SourceFrame",
     "arrow_frame",
     "blank_markers",
     "blanked",
@@ -30,7 +30,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class Source:
+class SourceFrame:
     """A source table: its cells by column, and each row's spreadsheet row number."""
 
     name: str
@@ -49,7 +49,7 @@ class Source:
         return self.header if self.header is not None else tuple(map(str, self.frame.columns))
 
     @classmethod
-    def from_frame(cls, frame: pd.DataFrame, name: str = "DataFrame") -> Source:
+    def from_frame(cls, frame: pd.DataFrame, name: str = "DataFrame") -> SourceFrame:
         """A DataFrame as a source; its rows are numbered as if written under a header row."""
         if frame.columns.has_duplicates:
             dupes = sorted({str(c) for c in frame.columns[frame.columns.duplicated()]})
@@ -69,15 +69,15 @@ class Sheet:
     #: The column names; None when they cannot be told before the rows are read.
     columns: tuple[str, ...] | None
     #: Reads every row; given column names, only those (where the format can: Parquet).
-    reader: Callable[[frozenset[str] | None], Source]
+    reader: Callable[[frozenset[str] | None], SourceFrame]
 
-    def read(self, columns: Collection[str] | None = None) -> Source:
+    def read(self, columns: Collection[str] | None = None) -> SourceFrame:
         """Every row, and of `columns` only when given."""
         data = self.reader(None if columns is None else frozenset(columns))
         if columns is not None:
             keep = [c for c in data.frame.columns if c in columns]
             if len(keep) < len(data.frame.columns):
-                data = Source(data.name, data.frame[keep], data.rows, data.columns)
+                data = SourceFrame(data.name, data.frame[keep], data.rows, data.columns)
         return data
 
 
@@ -127,8 +127,8 @@ def holds_text(cells: pd.Series) -> bool:
     return cells.dtype == object or isinstance(cells.dtype, pd.StringDtype | pd.CategoricalDtype)
 
 
-def blanked(data: Source, markers: frozenset[str]) -> Source:
-    return Source(data.name, blank_markers(data.frame, markers), data.rows, data.header)
+def blanked(data: SourceFrame, markers: frozenset[str]) -> SourceFrame:
+    return SourceFrame(data.name, blank_markers(data.frame, markers), data.rows, data.header)
 
 
 def check_header(names: list[str], path: Path | str) -> None:
@@ -139,14 +139,14 @@ def check_header(names: list[str], path: Path | str) -> None:
         raise SourceError(f"{path}: duplicate column names in the header: {dupes}")
 
 
-def numbered(name: str, frame: pd.DataFrame, *, first_row: int) -> Source:
+def numbered(name: str, frame: pd.DataFrame, *, first_row: int) -> SourceFrame:
     """Number rows as a spreadsheet does, then drop the wholly empty ones."""
     rows = np.arange(first_row, first_row + len(frame), dtype=np.int64)
     blank = np.ones(len(frame), dtype=bool)
     for column in frame.columns:
         text = frame[column].astype("string").str.strip().fillna("")
         blank &= (text == "").to_numpy(dtype=bool)
-    return Source(name, frame.loc[~blank].reset_index(drop=True), rows[~blank])
+    return SourceFrame(name, frame.loc[~blank].reset_index(drop=True), rows[~blank])
 
 
 def one_line(exc: BaseException) -> str:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -37,38 +36,31 @@ import pandas as pd
 from connector.destinations.formats import undo_excel_safe
 from connector.errors import ConfigError, SourceError
 from connector.locations import check_location, filesystem, is_remote
-from connector.modes import MERGED_CELLS, PUSH_SUFFIXES, MergedCells
+from connector.modes import PUSH_SUFFIXES, MergedCells
 from connector.push.csvfile import open_csv
 from connector.push.excel import read_excel
 from connector.push.parquetfiles import open_parquet
+from connector.push.query import open_query
 from connector.push.sheet import (
     Sheet,
-    Source,
+    SourceFrame,
     arrow_frame,
     blanked,
     check_header,
     holds_text,
     one_line,
 )
+from connector.push.spec import Names, Query, check_merged_cells, check_null_values, setting
 
-__all__ = ["Query", "Sheet", "Source", "SourceError", "arrow_frame", "open_source", "read_source"]
-
-
-@dataclass(frozen=True)
-class Query:
-    """`sql` run on the database at `url` (`connector.push.query`: SQLAlchemy or DuckDB). `where` names the two settings in messages (the
-    command's flags, or a job file's keys)."""
-
-    url: str
-    sql: str
-    where: tuple[str, str] = ("--db", "--sql")
-
-    @property
-    def name(self) -> str:
-        """The query as reports name it: its database, password left out."""
-        from connector.push.query import safe_url
-
-        return f"query on {safe_url(self.url)}"
+__all__ = [
+    "Query",
+    "Sheet",
+    "SourceError",
+    "SourceFrame",
+    "arrow_frame",
+    "open_source",
+    "read_source",
+]
 
 
 def read_source(
@@ -78,17 +70,19 @@ def read_source(
     null_values: Sequence[str] = (),
     excel_safe: bool = False,
     merged_cells: MergedCells = "refuse",
-) -> Source:
+    names: Names = "parameters",
+) -> SourceFrame:
     """Read a CSV, ``.xlsx`` or Parquet file (by extension), a folder of Parquet files, an
     object in object storage (``s3://bucket/key.parquet``, a CSV, or a Parquet prefix), or
     take a DataFrame as it is.
 
     `null_values`: texts that mean an empty cell (only an empty cell is empty by default).
     `excel_safe`: undo ``export --excel-safe``. `merged_cells`: ``refuse`` or ``fill``.
+    Messages name these settings as `names` say.
     """
     return open_source(
         source, sheet=sheet, null_values=null_values, excel_safe=excel_safe,
-        merged_cells=merged_cells,
+        merged_cells=merged_cells, names=names,
     ).read()
 
 
@@ -99,54 +93,38 @@ def open_source(
     null_values: Sequence[str] = (),
     excel_safe: bool = False,
     merged_cells: MergedCells = "refuse",
+    names: Names = "parameters",
 ) -> Sheet:
     """`read_source`'s source, opened: a missing file, a bad option or an unreadable header
     fails here; the rows are read by `Sheet.read`."""
-    markers = _markers(null_values)
-    if merged_cells not in MERGED_CELLS:
-        raise ConfigError(
-            f"--merged-cells {merged_cells!r}: choose one of {', '.join(MERGED_CELLS)}"
-        )
-    opened = _open(source, sheet, markers, merged_cells)
+    markers = frozenset(check_null_values(null_values, names))
+    check_merged_cells(merged_cells, names)
+    opened = _open(source, sheet, markers, merged_cells, names)
     if not excel_safe:
         return opened
     if opened.columns is None:
         return Sheet(opened.name, None, lambda columns: _unguarded(opened.reader(None)))
-    names = tuple(undo_excel_safe(c) for c in opened.columns)
-    raw = dict(zip(names, opened.columns, strict=True))
+    unguarded = tuple(undo_excel_safe(c) for c in opened.columns)
+    raw = dict(zip(unguarded, opened.columns, strict=True))
 
-    def read(columns: frozenset[str] | None) -> Source:
+    def read(columns: frozenset[str] | None) -> SourceFrame:
         wanted = None if columns is None else frozenset(raw[c] for c in columns if c in raw)
         return _unguarded(opened.reader(wanted))
 
-    return Sheet(opened.name, names, read)
-
-
-def _markers(null_values: Sequence[str]) -> frozenset[str]:
-    """The markers as a set; ConfigError unless they are non-empty texts."""
-    if isinstance(null_values, str) or not all(
-        isinstance(v, str) and v for v in null_values
-    ):
-        raise ConfigError(
-            f"null_values {null_values!r}: give a list of non-empty texts (an empty cell is "
-            "always empty)"
-        )
-    return frozenset(null_values)
+    return Sheet(opened.name, unguarded, read)
 
 
 def _open(
     source: str | Path | pd.DataFrame | Query, sheet: str | None, markers: frozenset[str],
-    merged_cells: MergedCells,
+    merged_cells: MergedCells, names: Names,
 ) -> Sheet:
     if isinstance(source, Query):
-        from connector.push.query import open_query
-
-        _only_excel(source.name, sheet, merged_cells)
-        opened = open_query(source)
+        _only_excel(source.name, sheet, merged_cells, names)
+        opened = open_query(source, names)
         return Sheet(opened.name, opened.columns,
                      lambda columns: blanked(opened.reader(columns), markers))
     if isinstance(source, pd.DataFrame):
-        frame = blanked(Source.from_frame(source), markers)
+        frame = blanked(SourceFrame.from_frame(source), markers)
         return Sheet(frame.name, frame.columns, lambda _: frame)
     if not isinstance(source, str | os.PathLike):
         raise SourceError(
@@ -154,16 +132,16 @@ def _open(
             f"not {type(source).__name__}"
         )
     if isinstance(source, str) and is_remote(source):
-        return _open_remote(source, sheet, markers, merged_cells)
+        return _open_remote(source, sheet, markers, merged_cells, names)
     path = Path(source)
     if path.is_dir():
-        _only_excel(str(path), sheet, merged_cells)
+        _only_excel(str(path), sheet, merged_cells, names)
         return open_parquet(str(path), markers)
     if not path.is_file():
         raise SourceError(f"{path}: no such file")
     suffix = path.suffix.lower()
     if suffix not in (".xlsx", ".xlsm"):
-        _only_excel(str(path), sheet, merged_cells)
+        _only_excel(str(path), sheet, merged_cells, names)
     if suffix in (".xls", ".ods", ".numbers"):
         raise SourceError(f"{path}: {suffix} files are not read; save the sheet as .xlsx or CSV")
     if suffix not in PUSH_SUFFIXES:
@@ -173,22 +151,23 @@ def _open(
             "saved under another name: rename it to .csv)"
         )
     if suffix in (".xlsx", ".xlsm"):  # a sheet is small: read whole, its checks at once
-        data = read_excel(path, sheet, markers, merged_cells)
+        data = read_excel(path, sheet, markers, merged_cells, names)
         return Sheet(data.name, data.columns, lambda _: data)
     if suffix in (".parquet", ".pq"):
         return open_parquet(str(path), markers)
     return open_csv(str(path), path.read_bytes, markers)
 
 
-def _only_excel(name: str, sheet: str | None, merged_cells: MergedCells) -> None:
+def _only_excel(name: str, sheet: str | None, merged_cells: MergedCells, names: Names) -> None:
     if sheet is not None:
-        raise SourceError(f"{name}: --sheet applies to Excel files only")
+        raise SourceError(f"{name}: {setting('sheet', names)} applies to Excel files only")
     if merged_cells != "refuse":
-        raise SourceError(f"{name}: --merged-cells applies to Excel files only")
+        raise SourceError(f"{name}: {setting('merged_cells', names)} applies to Excel files only")
 
 
 def _open_remote(
-    url: str, sheet: str | None, markers: frozenset[str], merged_cells: MergedCells
+    url: str, sheet: str | None, markers: frozenset[str], merged_cells: MergedCells,
+    names: Names,
 ) -> Sheet:
     """An object in object storage (CSV or Parquet), or a prefix holding Parquet files;
     credentials from the provider's standard chain (`connector.destinations.storage`)."""
@@ -196,7 +175,7 @@ def _open_remote(
         location = check_location(url, url)
     except ConfigError as exc:
         raise SourceError(str(exc)) from None
-    _only_excel(location, sheet, merged_cells)
+    _only_excel(location, sheet, merged_cells, names)
     fs = filesystem(location)
     path = location.split("://", 1)[1]
     try:
@@ -219,7 +198,7 @@ def _open_remote(
     return open_parquet(location, markers, fs)
 
 
-def _unguarded(data: Source) -> Source:
+def _unguarded(data: SourceFrame) -> SourceFrame:
     """`data` with what ``export --excel-safe`` added taken off (`undo_excel_safe`): in the
     header, and in every text cell (only text can carry the guard)."""
     frame = data.frame.rename(columns=undo_excel_safe)
@@ -235,4 +214,4 @@ def _unguarded(data: Source) -> Source:
             fixed[quoted] = [undo_excel_safe(v) if isinstance(v, str) else v
                              for v in fixed[quoted]]
             frame[column] = fixed
-    return Source(data.name, frame, data.rows, header)
+    return SourceFrame(data.name, frame, data.rows, header)

@@ -25,9 +25,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from connector.errors import ConfigError, ValidationReport
+from connector.errors import ConfigError, Problem, ValidationReport
 from connector.push.coerce import coerce_column, wire_values
-from connector.push.source import Source
+from connector.push.sheet import SourceFrame
+from connector.push.spec import Names, setting
 from connector.schema import Column, Table
 
 __all__ = [
@@ -55,44 +56,27 @@ class Key:
     by_id: bool = False
 
     @classmethod
-    def parse(cls, spec: str | Sequence[str], table: Table) -> Key:
+    def parse(cls, spec: str | Sequence[str], table: Table, names: Names = "parameters") -> Key:
         """`spec` (``"a, b"`` or ``["a", "b"]``) as a key of `table`; each name is the
-        column it spells, else the column it spells once trimmed (``--key "x "`` is the
-        column ``x `` where the table has one)."""
+        column it spells, else the column it spells once trimmed (``"x "`` is the column
+        ``x `` where the table has one). Messages name the setting as `names` say."""
+        key = setting("key", names)
         parts = spec.split(",") if isinstance(spec, str) else list(spec)
-        names = [n if n in table.column_names else n.strip() for n in parts]
-        if not names or any(not n for n in names) or len(set(names)) != len(names):
-            raise ConfigError(f"--key {spec!r}: give one or more distinct column names")
-        if names == ["id"] and "id" not in table.column_names:
+        columns = [n if n in table.column_names else n.strip() for n in parts]
+        if not columns or any(not n for n in columns) or len(set(columns)) != len(columns):
+            raise ConfigError(f"{key} {spec!r}: give one or more distinct column names")
+        if columns == ["id"] and "id" not in table.column_names:
             return cls((table.system_names()["id"],), by_id=True)
-        unknown = [n for n in names if n not in table.column_names]
+        unknown = [n for n in columns if n not in table.column_names]
         if unknown:
             raise ConfigError(
-                f"--key: table {table.name!r} has no column {unknown[0]!r}; "
+                f"{key}: table {table.name!r} has no column {unknown[0]!r}; "
                 f"columns: {table.column_names} (or 'id' for the row id)"
             )
-        return cls(tuple(names))
+        return cls(tuple(columns))
 
     def __str__(self) -> str:
         return "id" if self.by_id else ",".join(self.columns)
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with the source: where (row, column), what value, and why."""
-
-    row: int | None
-    column: str | None
-    value: Any
-    message: str
-
-    def __str__(self) -> str:
-        where = [f"row {self.row}"] if self.row is not None else []
-        if self.column is not None:
-            where.append(f"column {self.column!r}")
-        if self.value is not None:
-            where.append(f"value {_show(self.value)}")
-        return f"{', '.join(where)}: {self.message}" if where else self.message
 
 
 @dataclass(frozen=True)
@@ -145,11 +129,13 @@ class Header:
 
 
 def validate(
-    source: Source, table: Table, key: Key, *, date_format: str | None = None
+    source: SourceFrame, table: Table, key: Key, *, date_format: str | None = None,
+    names: Names = "parameters",
 ) -> Prepared:
     """Coerce `source` to `table`'s types and check it, or raise one `ValidationReport`.
 
-    `date_format` reads day/month-ambiguous dates (`connector.push.coerce`)."""
+    `date_format` reads day/month-ambiguous dates (`connector.push.coerce`); a problem
+    that asks for one names it as `names` say."""
     header = match_header(source.name, source.columns, table, key)
     problems = header.problems(table, key)
     frame = source.frame[[c for c in source.frame.columns if c in header.named]]
@@ -163,7 +149,7 @@ def validate(
         out[key.columns[0]] = ids.mask(ids == "").reset_index(drop=True)
     for name in columns:
         out[name] = _column(
-            source, frame[name], table.column(name), key, coercions, cells, date_format
+            source, frame[name], table.column(name), key, coercions, cells, date_format, names
         )
     if all(k in out for k in key.columns) and len(frame):
         cells.extend(_key_problems(source, out, key, {pos for pos, _ in cells}, table))
@@ -269,11 +255,11 @@ def _ignorable(table: Table, key: Key) -> set[str]:
 
 
 def _column(
-    source: Source, cells: pd.Series, col: Column, key: Key, coercions: Counter[str],
-    problems: list[tuple[int, Problem]], date_format: str | None = None,
+    source: SourceFrame, cells: pd.Series, col: Column, key: Key, coercions: Counter[str],
+    problems: list[tuple[int, Problem]], date_format: str | None, names: Names,
 ) -> pd.Series:
     """One column's canonical values; its bad cells are added to `problems` by position."""
-    coerced = coerce_column(cells, col, date_format=date_format)
+    coerced = coerce_column(cells, col, date_format=date_format, names=names)
     coercions.update(coerced.counts)
     values = coerced.values
     for pos, message in coerced.errors.items():
@@ -295,7 +281,7 @@ def _column(
 
 
 def _key_problems(
-    source: Source, values: dict[str, pd.Series], key: Key, already: set[int], table: Table
+    source: SourceFrame, values: dict[str, pd.Series], key: Key, already: set[int], table: Table
 ) -> list[tuple[int, Problem]]:
     """Empty keys, and keys that appear on more than one row (each row names the others)."""
     label = "id" if key.by_id else ", ".join(key.columns)
@@ -357,13 +343,5 @@ def duplicated(keys: pd.DataFrame) -> np.ndarray[Any, np.dtype[np.bool_]]:
     return out
 
 
-def _cell(source: Source, pos: int, column: str, value: Any, message: str) -> Problem:
+def _cell(source: SourceFrame, pos: int, column: str, value: Any, message: str) -> Problem:
     return Problem(int(source.rows[pos]), column, value, message)
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, str):
-        return repr(value)
-    if value is None or value is pd.NA:
-        return "(empty)"
-    return repr(value) if not isinstance(value, float) else f"{value:g}"

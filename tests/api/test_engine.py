@@ -25,7 +25,7 @@ from connector.api import AsyncClient, Client
 from connector.api.engine import EngineError
 from connector.errors import ConfigError
 from connector.extract import Extraction
-from connector.push import apply, push
+from connector.push import PushSpec, apply, push
 from connector.workspace import Workspace
 from tests.fixtures.server import RunningServer
 
@@ -83,11 +83,11 @@ def test_a_sync_transport_carries_every_read_and_write(
 
         source = pd.DataFrame({"Name": [f"p{i}" for i in range(1, 30)] + ["new"],
                                "Age": ["100", *(str(i) for i in range(2, 30)), "1"]})
-        result = push(client, source, table="People", key="Name", mode="mirror")
+        result = push(client, PushSpec(source, table="People", key="Name", mode="mirror"))
         assert (result.created, result.updated, result.deleted) == (1, 1, 1)
 
         newer = pd.DataFrame({"Name": ["new"], "Age": ["2"]})
-        push(client, newer, table="People", key="Name", plan_out=tmp_path / "plan.json")
+        push(client, PushSpec(newer, table="People", key="Name", plan_out=tmp_path / "plan.json"))
         assert apply(client, tmp_path / "plan.json").updated == 1
     # one row created goes as a single create (its errors then name no "row 0")
     assert {("POST", "rows"), ("PATCH", "other"), ("DELETE", "bulk")} <= set(transport.seen)

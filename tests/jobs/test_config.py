@@ -79,7 +79,7 @@ def test_a_full_job_is_read_into_typed_objects(tmp_path: Path) -> None:
     assert job.destinations[1].target == f"sqlite:///{tmp_path / 'wh.db'}"
     assert job.state_dir == tmp_path / "state"
     (push,) = job.pushes
-    assert (push.file, push.table, push.key, push.mode) == (
+    assert (push.source, push.table, push.key, push.mode) == (
         tmp_path / "people.csv",
         "People",
         ("Email",),

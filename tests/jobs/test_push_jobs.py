@@ -25,9 +25,10 @@ def test_a_push_job_plans_on_dry_run_and_applies_otherwise(
 
     planned = workspace.run(job, dry_run=True)
 
-    (push,) = planned.pushes
-    assert (push.status, push.created, push.updated, push.unchanged) == ("planned", 1, 1, 1)
-    assert push.plan is not None and "Score: 1 → 41" in push.plan
+    (push,) = planned.to_dict()["pushes"]  # a dry run's entry counts what it would do
+    assert (push["status"], push["created"], push["updated"], push["unchanged"]) == (
+        "planned", 1, 1, 1)
+    assert push["plan"] is not None and "Score: 1 → 41" in push["plan"]
     assert names_and_scores(workspace)["P001"] == 1.0  # nothing written
     assert not (tmp_path / "job.state.json").exists()
 
@@ -81,3 +82,19 @@ def test_a_push_key_the_table_lacks_is_a_config_error_naming_the_job_and_push(
 
     assert str(caught.value).startswith(f"{job}: push[0]: ")
     assert names_and_scores(workspace)["P001"] == 1.0
+    assert str(caught.value).startswith(f"{job}: push[0]: key: table 'People' has no column")
+
+
+def test_a_push_job_is_told_what_to_set_by_its_own_keys(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """A problem that asks for a setting names the job file's key (``date_format``), not the
+    flag `connector push` takes for it."""
+    (tmp_path / "people.csv").write_text("Name,Joined\nP001,05/03/2024\n")
+
+    summary = workspace.run(workspace.job(PUSH))
+
+    (push,) = summary.pushes
+    assert push.status == "failed" and push.error is not None
+    assert "ambiguous date: day and month could be either way; give date_format (" in push.error
+    assert "--date-format" not in push.error

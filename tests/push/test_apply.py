@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 
 from connector.errors import DeleteGuard
-from connector.push import Applied, apply, push
-from connector.push.apply import apply_plan
+from connector.push import PushResult, PushSpec, apply, push
 from connector.push.plan import Create, Plan
 from connector.push.validate import Key
+from connector.push.writes import apply_plan
 from connector.schema import Table
 from tests.push.conftest import PEOPLE, InProcess, fields
 
@@ -28,7 +28,7 @@ def test_minimal_requests_then_nothing_on_the_second_run(inproc: InProcess) -> N
     source.loc[[5, 6, 7], "Age"] = "1000"
     client = inproc.client()
 
-    result = push(client, source, table="People", key="Name", mode="mirror")
+    result = push(client, PushSpec(source, table="People", key="Name", mode="mirror"))
 
     assert (result.created, result.updated, result.deleted, result.rejected) == (205, 3, 50, ())
     assert inproc.transport.calls["POST bulk"] == 3  # ceil(205 / 100)
@@ -39,7 +39,7 @@ def test_minimal_requests_then_nothing_on_the_second_run(inproc: InProcess) -> N
     expected = sorted((f"n{i}", 1000 if i in (5, 6, 7) else i) for i in kept)
     assert fields(inproc.rows(table_id), "Name", "Age") == expected
 
-    again = push(client, source, table="People", key="Name", mode="mirror")
+    again = push(client, PushSpec(source, table="People", key="Name", mode="mirror"))
     assert again.plan.is_empty and again.requests == 0
     assert inproc.transport.writes == 7
 
@@ -82,9 +82,9 @@ def test_dry_run_and_plan_out_write_nothing(inproc: InProcess, tmp_path: Path) -
     table_id = inproc.create_table(PEOPLE)
     client = inproc.client()
     source = pd.DataFrame(people(5)).astype(str)
-    dry = push(client, source, table="People", key="Name", dry_run=True)
-    assert dry.dry_run and len(dry.plan.creates) == 5 and dry.created == 0
-    push(client, source, table="People", key="Name", plan_out=tmp_path / "p.json")
+    dry = push(client, PushSpec(source, table="People", key="Name"), dry_run=True)
+    assert dry.status == "planned" and len(dry.plan.creates) == 5 and dry.created == 0
+    push(client, PushSpec(source, table="People", key="Name", plan_out=tmp_path / "p.json"))
     assert inproc.transport.writes == 0 and inproc.rows(table_id) == []
 
 
@@ -93,7 +93,7 @@ def test_multi_column_key(inproc: InProcess, mode: str) -> None:
     table_id = inproc.create_table(PEOPLE)
     inproc.insert(table_id, [{"Name": "a", "Zip": "01", "Age": 1}, {"Name": "a", "Zip": "02", "Age": 2}])
     source = pd.DataFrame({"Name": ["a", "a"], "Zip": ["01", "03"], "Age": ["5", "3"]})
-    result = push(inproc.client(), source, table="People", key=["Name", "Zip"], mode=mode)
+    result = push(inproc.client(), PushSpec(source, table="People", key=["Name", "Zip"], mode=mode))
     assert result.created == 1 and result.updated == (1 if mode == "upsert" else 0)
     assert fields(inproc.rows(table_id), "Name", "Zip", "Age") == [
         ("a", "01", 5 if mode == "upsert" else 1), ("a", "02", 2), ("a", "03", 3),
@@ -104,7 +104,7 @@ def _table(env: InProcess, table_id: str) -> Table:
     return env.client().get_table(table_id)
 
 
-def _apply(env: InProcess, table_id: str, creates: tuple[Create, ...]) -> Applied:
+def _apply(env: InProcess, table_id: str, creates: tuple[Create, ...]) -> PushResult:
     client = env.client()
     plan = Plan(_table(env, table_id), Key(("Name",)), "insert", "s.csv", len(creates), 0,
                 creates=creates)
@@ -119,10 +119,10 @@ def test_the_delete_guard_at_a_non_integer_boundary(inproc: InProcess, ratio: fl
     client = inproc.client()
     three_gone = pd.DataFrame(people(10)).astype(str)
     with pytest.raises(DeleteGuard, match=r"would delete 3 of 13 rows .* the limit is 2"):
-        push(client, three_gone, table="People", key="Name", mode="mirror", max_delete_ratio=ratio)
+        push(client, PushSpec(three_gone, table="People", key="Name", mode="mirror", max_delete_ratio=ratio))
     assert inproc.transport.writes == 0 and len(inproc.rows(table_id)) == 13
 
     two_gone = pd.DataFrame(people(11)).astype(str)
-    result = push(client, two_gone, table="People", key="Name", mode="mirror", max_delete_ratio=ratio)
+    result = push(client, PushSpec(two_gone, table="People", key="Name", mode="mirror", max_delete_ratio=ratio))
     assert result.deleted == 2
     assert sorted(r["fields"]["Name"] for r in inproc.rows(table_id)) == sorted(f"n{i}" for i in range(11))

@@ -153,18 +153,18 @@ def test_ambiguous_dates_need_a_date_format() -> None:
     values, errors, _ = coerce("date", ["05/03/2024", "06/06/2024"])
     assert values == [NA, "2024-06-06"]
     assert errors == {0: "ambiguous date: day and month could be either way; "
-                         "give --date-format ('%d/%m/%Y' or '%m/%d/%Y')"}
+                         "give date_format ('%d/%m/%Y' or '%m/%d/%Y')"}
     _, mixed, _ = coerce("date", ["25/03/2024", "03/25/2024", "05/03/2024"])
     assert list(mixed) == [2] and "both day-first and month-first" in mixed[2]
     dated = coerce_column(pd.Series(["05/03/2024", "2024-01-31", "5 May 2024", "13/13/2024"]),
                           Column("c", "date"), date_format="%d/%m/%Y")
     assert dated.values.tolist()[:3] == ["2024-03-05", "2024-01-31", "2024-05-05"]
     assert list(dated.errors) == [3]
-    assert dated.counts["date with --date-format"] == 1
+    assert dated.counts["date with date_format"] == 1
 
 
 def test_a_date_format_must_read_dates_back() -> None:
-    from connector.push.coerce import check_date_format
+    from connector.push.spec import check_date_format
 
     assert check_date_format("%d/%m/%Y") is None
     assert "day, a month and a year" in str(check_date_format("%m/%Y"))

@@ -18,7 +18,7 @@ import pytest
 from connector.destinations.formats import write_csv, write_parquet
 from connector.errors import ValidationReport
 from connector.extract import Extraction
-from connector.push import push
+from connector.push import PushSpec, push
 from tests.push.conftest import InProcess
 
 ORDERS = {
@@ -53,14 +53,14 @@ def test_an_integer_one_apart_past_2_to_the_53_plans_an_update_and_is_sent_exact
 ) -> None:
     csv = tmp_path / "orders.csv"
     csv.write_text(f"Ref,OrderNo\na,{BIG - 1}\nb,{2**63 - 1}\nc,0.1\nd,{BIG}\n")
-    done = push(inproc.client(), csv, table="Orders", key="Ref")
+    done = push(inproc.client(), PushSpec(csv, table="Orders", key="Ref"))
     assert (done.plan.counts.created, done.plan.counts.updated) == (1, 1)
     assert [u.fields for u in done.plan.updates] == [{"OrderNo": BIG - 1}]
     assert [u.old for u in done.plan.updates] == [{"OrderNo": BIG}]
     assert done.plan.creates[0].fields == {"Ref": "d", "OrderNo": BIG}
     assert held(inproc, orders) == {"a": (BIG - 1, ""), "b": (2**63 - 1, None), "c": (0.1, "x"),
                                     "d": (BIG, None)}
-    again = push(inproc.client(), csv, table="Orders", key="Ref")
+    again = push(inproc.client(), PushSpec(csv, table="Orders", key="Ref"))
     assert again.plan.is_empty and again.plan.unchanged == 4
 
 
@@ -72,7 +72,7 @@ def test_the_numbers_the_table_holds_plan_nothing(
     inproc: InProcess, orders: str, cells: pd.Series,
 ) -> None:
     frame = pd.DataFrame({"Ref": ["a", "b", "c"], "OrderNo": cells})
-    done = push(inproc.client(), frame, table="Orders", key="Ref")
+    done = push(inproc.client(), PushSpec(frame, table="Orders", key="Ref"))
     assert done.plan.is_empty and done.plan.unchanged == 3
 
 
@@ -86,7 +86,7 @@ def test_a_number_the_table_cannot_hold_exactly_is_refused_naming_it(
     csv = tmp_path / "orders.csv"
     csv.write_text(f"Ref,OrderNo\na,{cell}\n")
     with pytest.raises(ValidationReport, match=rf"row 2, column 'OrderNo', value '{cell}': {why}"):
-        push(inproc.client(), csv, table="Orders", key="Ref")
+        push(inproc.client(), PushSpec(csv, table="Orders", key="Ref"))
     assert held(inproc, orders)["a"] == (BIG, "")
 
 
@@ -110,7 +110,7 @@ def test_a_tables_own_export_pushes_back_with_no_write(
     ])
     path = tmp_path / f"orders{suffix}"
     export(inproc, table_id, path, OrderNo=number)
-    done = push(inproc.client(), path, table="Orders", key="Ref")
+    done = push(inproc.client(), PushSpec(path, table="Orders", key="Ref"))
     assert done.plan.is_empty and done.plan.unchanged == 3
     assert inproc.transport.writes == 0
 
@@ -120,7 +120,7 @@ def test_typed_empty_text_is_sent_as_empty_text_and_a_null_over_it_changes_nothi
 ) -> None:
     parquet = tmp_path / "notes.parquet"
     pq.write_table(pa.table({"Ref": ["a", "b", "c"], "Note": [None, "", None]}), parquet)
-    done = push(inproc.client(), parquet, table="Orders", key="Ref")
+    done = push(inproc.client(), PushSpec(parquet, table="Orders", key="Ref"))
     # a: null over "" (a CSV cannot tell them apart, so no source's null clears "");
     # b: "" over null, sent as ""; c: null over "x", cleared
     assert [(u.fields, u.old) for u in done.plan.updates] == [
@@ -134,5 +134,5 @@ def test_a_required_text_column_refuses_typed_empty_text_before_writing(
     parquet = tmp_path / "refs.parquet"
     pq.write_table(pa.table({"Ref": ["e", ""], "OrderNo": [1, 2]}), parquet)
     with pytest.raises(ValidationReport, match=r"row 3, column 'Ref': a value is required"):
-        push(inproc.client(), parquet, table="Orders", key="OrderNo")
+        push(inproc.client(), PushSpec(parquet, table="Orders", key="OrderNo"))
     assert inproc.transport.writes == 0

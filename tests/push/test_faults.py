@@ -9,7 +9,7 @@ import httpx
 import pandas as pd
 
 from connector.api import Client, RetryPolicy
-from connector.push import push
+from connector.push import PushSpec, push
 from tests.fixtures.server import RunningServer, ServerFactory
 from tests.push.conftest import PEOPLE
 
@@ -54,7 +54,7 @@ def test_an_ambiguous_bulk_create_is_re_read_never_re_sent(server_factory: Serve
     server = server_factory(fail_after_write_rate=1.0)
     table_id = server.create_table(PEOPLE)
     with client(server) as c:
-        result = push(c, source(250), table="People", key="Name", mode="insert")
+        result = push(c, PushSpec(source(250), table="People", key="Name", mode="insert"))
     assert result.created == 250 and 1 <= result.rereads <= 3
     # Each of the 3 batches was committed on its first send: any re-send would have doubled it.
     names = Counter(r["fields"]["Name"] for r in table_rows(server, table_id))
@@ -73,9 +73,9 @@ def test_every_fault_at_once_converges_without_duplicates(server_factory: Server
     wanted = source(310)
 
     with client(server) as c:
-        first = push(c, wanted, table="People", key="Name", mode="mirror", concurrency=8)
+        first = push(c, PushSpec(wanted, table="People", key="Name", mode="mirror", concurrency=8))
         assert (first.created, first.updated, first.deleted, first.rejected) == (150, 40, 40, ())
-        second = push(c, wanted, table="People", key="Name", mode="mirror")
+        second = push(c, PushSpec(wanted, table="People", key="Name", mode="mirror"))
 
     rows = table_rows(server, table_id)
     names = Counter(r["fields"]["Name"] for r in rows)
@@ -92,7 +92,7 @@ def test_a_rate_limited_server_gets_the_minimum_writes(server_factory: ServerFac
     table_id = server.create_table(PEOPLE)
     server.insert_rows(table_id, [{"Name": f"n{i:04d}", "Zip": f"{i:05d}", "Age": -1} for i in range(30)])
     with client(server) as c:
-        result = push(c, source(230), table="People", key="Name", concurrency=8)
+        result = push(c, PushSpec(source(230), table="People", key="Name", concurrency=8))
         assert c.limiter.throttled > 0, "the server never said 429: the test tests nothing"
     assert (result.created, result.updated) == (200, 30)
     assert result.requests == result.plan.requests == 2 + 30  # 429s are retried by the client

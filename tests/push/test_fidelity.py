@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from connector.api import Client
 from connector.cli import main
-from connector.push import push
+from connector.push import PushSpec, push
 from tests.fixtures.server import RunningServer, ServerFactory
 
 #: Texts that spreadsheets, pandas or we once read as "no value", and other awkward text:
@@ -135,14 +135,12 @@ def test_an_export_pushed_back_plans_no_write_and_recreates_every_value(
     with Client(server.base_url, server.api_key) as client:
         for fmt in FORMATS:
             path = export(server, table_id, tmp_path_factory.mktemp(f"export{n}-{fmt}"), fmt)
-            back = push(client, path, table=table_id, key="Key", dry_run=True,
-                        excel_safe=fmt == "csv-excel-safe")
+            back = push(client, PushSpec(path, table=table_id, key="Key", excel_safe=fmt == "csv-excel-safe"), dry_run=True)
             assert back.plan.is_empty, (fmt, back.plan.updates[:3], back.plan.creates[:3])
             assert back.plan.unchanged == len(rows)
             if fmt == fresh:  # into an empty copy: every row created, every value as seeded
                 copy = server.create_table({"name": f"Fidelity {n} copy", "columns": SPEC_COLUMNS})
-                done = push(client, path, table=copy, key="Key",
-                            excel_safe=fmt == "csv-excel-safe")
+                done = push(client, PushSpec(path, table=copy, key="Key", excel_safe=fmt == "csv-excel-safe"))
                 assert (done.created, done.rejected) == (len(rows), ())
                 made = api_rows(server, copy)
                 assert made.keys() == seeded.keys()
@@ -227,7 +225,7 @@ def test_null_markers_apply_to_every_kind_of_source(server: RunningServer, tmp_p
     with Client(server.base_url, server.api_key) as client:
         for source in (frame, tmp_path / "p.xlsx", tmp_path / "p.parquet"):
             table_id = people(server, [])
-            push(client, source, table=table_id, key="Name", null_values=["n/a"])
+            push(client, PushSpec(source, table=table_id, key="Name", null_values=["n/a"]))
             assert cells(server, table_id, "Name", "Code") == [("a", None), ("b", "n/a!")]
 
 

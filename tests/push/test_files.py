@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from connector.push import push
-from connector.push.apply import Rejected, write_rejects
+from connector.push import PushSpec, Rejected, push
+from connector.push.writes import write_rejects
 from tests.push.conftest import PEOPLE, InProcess
 
 
@@ -33,6 +33,5 @@ def test_the_rejects_csv_and_a_saved_plan_honour_the_umask(
     assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
     inproc.create_table(PEOPLE)
     plan = tmp_path / "plan.json"
-    push(inproc.client(), pd.DataFrame({"Name": ["a"]}), table="People", key="Name",
-         plan_out=plan)
+    push(inproc.client(), PushSpec(pd.DataFrame({"Name": ["a"]}), table="People", key="Name", plan_out=plan))
     assert stat.S_IMODE(plan.stat().st_mode) == 0o666 & ~umask

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from connector.api import Client
 from connector.cli import main
 from connector.destinations.formats import encode_csv
-from connector.push import push
+from connector.push import PushSpec, push
 from connector.push.source import open_source, read_source
 from tests.fixtures.server import RunningServer
 
@@ -106,7 +106,7 @@ def test_a_key_with_a_trailing_space_is_that_column(server: RunningServer, tmp_p
     table_id = table(server, ["x", "x ", "v"], [{"x": "1", "x ": "2", "v": "old"}])
     source = csv_file(tmp_path / "s.csv", "x ,v\n2,new\n")
     with Client(server.base_url, server.api_key) as client:
-        done = push(client, source, table=table_id, key=["x "])
+        done = push(client, PushSpec(source, table=table_id, key=["x "]))
     assert (done.plan.key.columns, len(done.plan.updates), done.plan.creates) == (("x ",), 1, ())
     assert cells(server, table_id) == [{"x": "1", "x ": "2", "v": "new"}]
 
@@ -207,7 +207,7 @@ def test_a_workbook_header_names_the_column_it_spells(server: RunningServer, tmp
         sheet.append([row.get(n) for n in names])
     book.save(tmp_path / "t.xlsx")
     with Client(server.base_url, server.api_key) as client:
-        back = push(client, tmp_path / "t.xlsx", table=table_id, key="K", dry_run=True)
+        back = push(client, PushSpec(tmp_path / "t.xlsx", table=table_id, key="K"), dry_run=True)
     assert back.plan.is_empty and back.plan.unchanged == 2 and back.plan.taken == ()
 
 
@@ -277,11 +277,11 @@ def test_an_export_pushes_back_with_no_write_whatever_its_column_names(
         for fmt, options in FORMATS.items():
             path = export(server, table_id, out / fmt, *options)
             safe = fmt == "csv-excel-safe"
-            back = push(client, path, table=table_id, key=[key], dry_run=True, excel_safe=safe)
+            back = push(client, PushSpec(path, table=table_id, key=[key], excel_safe=safe), dry_run=True)
             assert back.plan.is_empty, (fmt, back.plan.updates[:2], back.plan.creates[:2])
             assert (back.plan.unchanged, back.plan.taken) == (3, ()), fmt
             if fmt == fresh:
                 copy = table(server, names, [])
-                done = push(client, path, table=copy, key=[key], excel_safe=safe)
+                done = push(client, PushSpec(path, table=copy, key=[key], excel_safe=safe))
                 assert (done.created, done.rejected) == (3, ())
                 assert cells(server, copy) == seeded

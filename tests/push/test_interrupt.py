@@ -13,7 +13,7 @@ import httpx
 import pandas as pd
 
 from connector.api import Client
-from connector.push import push
+from connector.push import PushSpec, push
 from tests.fixtures.server import ROOT, ServerFactory
 from tests.push.conftest import PEOPLE
 
@@ -49,9 +49,9 @@ def test_kill_9_half_way_then_rerun_converges(server_factory: ServerFactory, tmp
         assert seeded + 500 <= total(http, table_id) < ROWS, "not killed half-way"
 
     with Client(server.base_url, server.api_key) as client:
-        rerun = push(client, path, table="People", key="Name")
+        rerun = push(client, PushSpec(path, table="People", key="Name"))
         assert rerun.rejected == ()
-        assert push(client, path, table="People", key="Name").plan.is_empty
+        assert push(client, PushSpec(path, table="People", key="Name")).plan.is_empty
 
     with server.client() as http:
         found = http.get(f"/tables/{table_id}/rows", params={"limit": 1000}).json()

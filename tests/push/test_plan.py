@@ -11,19 +11,11 @@ import pytest
 
 from connector.errors import ConfigError, DeleteGuard, PlanError, ValidationReport
 from connector.push.coerce import coerce_column
+from connector.push.diff import Diff, check_current, gather, make_plan
 from connector.push.live import Live
-from connector.push.plan import (
-    Create,
-    Delete,
-    Diff,
-    Plan,
-    Update,
-    check_current,
-    check_delete_guard,
-    gather,
-    make_plan,
-)
-from connector.push.source import Source
+from connector.push.plan import Create, Delete, Plan, Update, check_delete_guard
+from connector.push.sheet import SourceFrame
+from connector.push.spec import PushSpec
 from connector.push.validate import Key, validate
 from connector.schema import Column, Table
 
@@ -52,7 +44,7 @@ def live(*rows: tuple[str, dict[str, Any]]) -> Live:
 
 
 def plan(columns: dict[str, list[Any]], current: Live, mode: str = "upsert", key: str = "Name") -> Plan:
-    src = Source.from_frame(pd.DataFrame(columns, dtype=object), "people.csv")
+    src = SourceFrame.from_frame(pd.DataFrame(columns, dtype=object), "people.csv")
     parsed = Key.parse(key, TABLE)
     return make_plan(validate(src, TABLE, parsed), current, mode)  # type: ignore[arg-type]
 
@@ -131,7 +123,7 @@ def test_a_table_compared_in_chunks_plans_as_a_table_compared_whole() -> None:
     rows = [(f"row_{i}", {"Name": f"n{i}", "Age": i, "Note": "x" * (i % 3)}) for i in range(30)]
     table = live(*rows)
     source = {"Name": [f"n{i}" for i in range(5, 40)], "Age": [str(i + (i % 4 == 0)) for i in range(5, 40)]}
-    src = Source.from_frame(pd.DataFrame(source, dtype=object), "people.csv")
+    src = SourceFrame.from_frame(pd.DataFrame(source, dtype=object), "people.csv")
     prepared = validate(src, TABLE, Key.parse("Name", TABLE))
     diff = Diff(prepared, "mirror")
     for start in range(0, 30, 7):
@@ -177,8 +169,8 @@ def test_plan_json_round_trip_and_staleness() -> None:
 
 
 def test_unknown_mode_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="--mode 'sync'"):
-        plan({"Name": ["Ann"]}, CURRENT, "sync")
+    with pytest.raises(ConfigError, match=r"^mode 'sync'"):
+        PushSpec("people.csv", table="People", key="Name", mode="sync")  # type: ignore[arg-type]
 
 
 def test_the_delete_guard_allows_exactly_the_ratio_given() -> None:
@@ -192,6 +184,5 @@ def test_the_delete_guard_allows_exactly_the_ratio_given() -> None:
 @pytest.mark.parametrize("options", [{"max_delete_ratio": 1.5}, {"max_delete_ratio": float("nan")},
                                      {"max_delete_ratio": -0.1}, {"allow_delete": -1}])
 def test_a_delete_limit_out_of_range_is_a_configuration_error(options: dict[str, float]) -> None:
-    table = live(("row_a", {"Name": "a"}))
     with pytest.raises(ConfigError, match="must be"):
-        check_delete_guard(plan({"Name": ["a"]}, table, "mirror"), **options)
+        PushSpec("people.csv", table="People", key="Name", mode="mirror", **options)  # type: ignore[arg-type]

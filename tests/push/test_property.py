@@ -11,7 +11,7 @@ import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from connector.push import push
+from connector.push import PushSpec, push
 from tests.push.conftest import InProcess
 
 TYPES = ["text", "number", "checkbox", "date", "choice"]
@@ -92,14 +92,13 @@ def test_push_makes_the_table_equal_the_source(inproc: InProcess, scenario: dict
     )
     client = inproc.client()
 
-    push(client, frame, table=table_id, key="K", mode=scenario["mode"], max_delete_ratio=1.0)
+    push(client, PushSpec(frame, table=table_id, key="K", mode=scenario["mode"], max_delete_ratio=1.0))
 
     found = inproc.rows(table_id)
     rows = {r["fields"]["K"]: {n: v for n, v in r["fields"].items() if v is not None} for r in found}
     assert len(rows) == len(found), "a key was created twice"
     assert rows == expected_table(scenario)
-    assert push(client, frame, table=table_id, key="K", dry_run=True,
-                mode=scenario["mode"]).plan.is_empty
+    assert push(client, PushSpec(frame, table=table_id, key="K", mode=scenario["mode"]), dry_run=True).plan.is_empty
 
 
 def expected_table(scenario: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -21,7 +21,7 @@ from connector.errors import ConfigError, ExitCode, SourceError, ValidationRepor
 from connector.jobs.config import load_job
 from connector.jobs.context import RunOptions
 from connector.jobs.run import run_job
-from connector.push import Query, push
+from connector.push import PushSpec, Query, push
 from tests.fixtures.s3 import S3Bucket
 from tests.fixtures.server import RunningServer
 from tests.push.conftest import InProcess
@@ -115,17 +115,16 @@ def test_push_from_postgresql(inproc: InProcess, postgres_db: str, postgres_user
             ])
     query = 'SELECT sku AS "Sku", qty AS "Qty", kind AS "Kind", since AS "Since", open AS "Open" FROM stock'
 
-    result = push(inproc.client(), Query(postgres_user, query), table="Stock", key="Sku")
+    result = push(inproc.client(), PushSpec(Query(postgres_user, query), table="Stock", key="Sku"))
 
     assert (result.created, result.rejected) == (3, ())
     got = sorted(({n: r["fields"].get(n) for n in ROWS[0]} for r in inproc.rows(table_id)),
                  key=lambda r: r["Sku"])
     assert got == ROWS
-    with pytest.raises(ConfigError, match=r"^--sql: the database refused the query: .*nope"):
-        push(inproc.client(), Query(postgres_user, "SELECT nope FROM stock"), table="Stock", key="Sku")
-    with pytest.raises(ConfigError, match=r"^--sql: DELETE refused: the query runs read-only"):
-        push(inproc.client(), Query(postgres_user, "DELETE FROM stock RETURNING sku"), table="Stock",
-             key="Sku")
+    with pytest.raises(ConfigError, match=r"^sql: the database refused the query: .*nope"):
+        push(inproc.client(), PushSpec(Query(postgres_user, "SELECT nope FROM stock"), table="Stock", key="Sku"))
+    with pytest.raises(ConfigError, match=r"^sql: DELETE refused: the query runs read-only"):
+        push(inproc.client(), PushSpec(Query(postgres_user, "DELETE FROM stock RETURNING sku"), table="Stock", key="Sku"))
     with psycopg.connect(dsn) as db:  # the query ran read-only: nothing deleted
         assert db.execute("SELECT count(*) FROM stock").fetchone() == (3,)
 
@@ -141,7 +140,7 @@ def test_push_from_duckdb_a_file_and_parquet_it_reads_itself(
         db.execute("CREATE TABLE stock (sku VARCHAR, qty DECIMAL(9,2), kind VARCHAR, since DATE, open BOOLEAN)")
         db.executemany("INSERT INTO stock VALUES (?, ?, ?, ?, ?)",
                        [[r["Sku"], r["Qty"], r["Kind"], r["Since"], r["Open"]] for r in ROWS])
-    result = push(inproc.client(), Query(f"duckdb:///{database}", SELECT), table="Stock", key="Sku")
+    result = push(inproc.client(), PushSpec(Query(f"duckdb:///{database}", SELECT), table="Stock", key="Sku"))
     assert result.created == 3
     got = sorted(({n: r["fields"].get(n) for n in ROWS[0]} for r in inproc.rows(table_id)),
                  key=lambda r: r["Sku"])
@@ -153,7 +152,7 @@ def test_push_from_duckdb_a_file_and_parquet_it_reads_itself(
     for i, row in enumerate(changed):
         pq.write_table(pa.Table.from_pylist([row]).drop_columns(["Since"]), folder / f"part-{i}.parquet")
     query = f"SELECT Sku, Qty FROM read_parquet('{folder}/*.parquet')"
-    again = push(inproc.client(), Query("duckdb:///:memory:", query), table="Stock", key="Sku")
+    again = push(inproc.client(), PushSpec(Query("duckdb:///:memory:", query), table="Stock", key="Sku"))
     assert (again.created, again.updated) == (0, 3)
     assert sorted((r["fields"]["Sku"], r["fields"]["Qty"]) for r in inproc.rows(table_id)) == [
         ("s1", 100), ("s2", 101), ("s3", 102)
@@ -171,15 +170,15 @@ def test_a_parquet_folder_and_objects_in_storage(inproc: InProcess, tmp_path: Pa
     pq.write_table(data.slice(2), folder / "b.parquet")
     pq.write_table(data.slice(0, 1), folder / "_temporary" / "c.parquet")  # a writer's leftover
 
-    assert push(inproc.client(), folder, table="Stock", key="Sku").created == 3
+    assert push(inproc.client(), PushSpec(folder, table="Stock", key="Sku")).created == 3
 
     duckdb.sql(f"COPY (SELECT Sku, Qty + 1 AS Qty FROM read_parquet('{folder}/*.parquet')) "
                f"TO '{tmp_path / 'up.parquet'}'")
     s3.server.client().upload_file(str(tmp_path / "up.parquet"), s3.name, "sheets/up.parquet")
-    assert push(inproc.client(), s3.url("sheets/up.parquet"), table="Stock", key="Sku").updated == 2
-    assert push(inproc.client(), s3.url("sheets"), table="Stock", key="Sku").plan.is_empty
+    assert push(inproc.client(), PushSpec(s3.url("sheets/up.parquet"), table="Stock", key="Sku")).updated == 2
+    assert push(inproc.client(), PushSpec(s3.url("sheets"), table="Stock", key="Sku")).plan.is_empty
     query = f"SELECT Sku, Qty * 2 AS Qty FROM read_parquet('{s3.url('sheets/up.parquet')}')"
-    assert push(inproc.client(), Query("duckdb:///:memory:", query), table="Stock", key="Sku").updated == 2
+    assert push(inproc.client(), PushSpec(Query("duckdb:///:memory:", query), table="Stock", key="Sku")).updated == 2
     assert sorted((r["fields"]["Sku"], r["fields"].get("Qty")) for r in inproc.rows(table_id)) == [
         ("s1", 4), ("s2", 7), ("s3", None)
     ]
@@ -223,21 +222,19 @@ def test_the_header_is_checked_before_the_rows_or_the_table_are_read(
     failing = "SELECT error('rows were read ' || i) AS Sku, i AS Qty FROM range(3) t(i)"
     client = inproc.client()
 
-    with pytest.raises(ConfigError, match="--key: table 'Stock' has no column 'Code'"):
-        push(client, Query("duckdb:///:memory:", failing), table="Stock", key="Code")
+    with pytest.raises(ConfigError, match=r"^key: table 'Stock' has no column 'Code'"):
+        push(client, PushSpec(Query("duckdb:///:memory:", failing), table="Stock", key="Code"))
     with pytest.raises(ValidationReport, match="row 1, column 'Colour': not a column of table"):
-        push(client, Query("duckdb:///:memory:", failing.replace(" FROM", ", 'red' AS Colour FROM")),
-             table="Stock", key="Sku")
+        push(client, PushSpec(Query("duckdb:///:memory:", failing.replace(" FROM", ", 'red' AS Colour FROM")), table="Stock", key="Sku"))
     with pytest.raises(ValidationReport, match="row 1, column 'Sku': key column missing"):
-        push(client, Query("duckdb:///:memory:", failing.replace("AS Sku", "AS Code")),
-             table="Stock", key="Sku")
+        push(client, PushSpec(Query("duckdb:///:memory:", failing.replace("AS Sku", "AS Code")), table="Stock", key="Sku"))
     parquet = tmp_path / "sheet.parquet"
     pq.write_table(pa.table({"Sku": ["a"], "Size": [1]}), parquet)
     with pytest.raises(ValidationReport, match="row 1, column 'Size': not a column of table"):
-        push(client, parquet, table="Stock", key="Sku")
+        push(client, PushSpec(parquet, table="Stock", key="Sku"))
     assert not any(k.startswith("GET rows") for k in inproc.transport.calls), inproc.transport.calls
     with pytest.raises(ConfigError, match=r"the query failed: .*rows were read"):
-        push(client, Query("duckdb:///:memory:", failing), table="Stock", key="Sku")
+        push(client, PushSpec(Query("duckdb:///:memory:", failing), table="Stock", key="Sku"))
 
 
 def _unreadable_past_the_header(path: Path) -> Path:
@@ -264,15 +261,15 @@ def test_a_wrong_key_or_column_is_reported_before_a_sheet_is_read(
     inproc.create_table(SPEC)
     client = inproc.client()
     with pytest.raises(SourceError, match=r"not a readable Parquet file|malformed CSV"):
-        push(client, sheet, table="Stock", key="Sku")  # read in full, the rows fail
+        push(client, PushSpec(sheet, table="Stock", key="Sku"))  # read in full, the rows fail
 
-    with pytest.raises(ConfigError, match="--key: table 'Stock' has no column 'Code'"):
-        push(client, sheet, table="Stock", key="Code")
+    with pytest.raises(ConfigError, match=r"^key: table 'Stock' has no column 'Code'"):
+        push(client, PushSpec(sheet, table="Stock", key="Code"))
     with pytest.raises(ValidationReport, match="row 1, column 'Kind': key column missing"):
-        push(client, sheet, table="Stock", key="Kind")
+        push(client, PushSpec(sheet, table="Stock", key="Kind"))
     inproc.create_table({**SPEC, "name": "Narrow", "columns": SPEC["columns"][:1]})
     with pytest.raises(ValidationReport, match="row 1, column 'Qty': not a column of table 'Narrow'"):
-        push(client, sheet, table="Narrow", key="Sku")
+        push(client, PushSpec(sheet, table="Narrow", key="Sku"))
     assert not any(k.startswith("GET rows") for k in inproc.transport.calls), inproc.transport.calls
     assert inproc.transport.writes == 0
 
@@ -291,7 +288,7 @@ def test_a_query_reads_only_the_columns_the_push_uses(inproc: InProcess) -> None
     sql = ("SELECT 's' || i AS Sku, i * 1.5 AS Qty, error('computed ' || i) AS _created_at, "
            "error('computed') AS _updated_at FROM range(3) t(i)")
 
-    result = push(inproc.client(), Query("duckdb:///:memory:", sql), table="Stock", key="Sku")
+    result = push(inproc.client(), PushSpec(Query("duckdb:///:memory:", sql), table="Stock", key="Sku"))
 
     assert (result.created, result.plan.ignored) == (3, ("_created_at", "_updated_at"))
     assert sorted((r["fields"]["Sku"], r["fields"]["Qty"]) for r in inproc.rows(table_id)) == [
@@ -308,13 +305,14 @@ def test_a_job_pushes_a_query(inproc: InProcess, tmp_path: Path, server: Running
         f'db = "sqlite:///shop.db"\nsql = "{SELECT}"\n'
     )
     spec = load_job(job).pushes[0]
-    assert (spec.file, spec.db) == (None, f"sqlite:///{tmp_path / 'shop.db'}")  # beside the job
+    assert isinstance(spec.source, Query)
+    assert spec.source.db == f"sqlite:///{tmp_path / 'shop.db'}"  # beside the job
 
     summary = run_job(load_job(job), RunOptions(environ={"KEY": server.api_key,
                                               "CONNECTOR_BASE_URL": server.base_url}))
 
     assert summary.status == "ok", summary
-    assert summary.pushes[0].created == 3 and summary.pushes[0].file == f"query on {spec.db}"
+    assert summary.pushes[0].created == 3 and summary.pushes[0].file == f"query on {spec.source.db}"
     assert table_rows(server, table_id) == ROWS
 
 

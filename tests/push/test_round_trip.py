@@ -17,7 +17,7 @@ import pytest
 from connector.api import Client
 from connector.destinations.formats import write_csv, write_parquet
 from connector.extract import Extraction
-from connector.push import push
+from connector.push import PushSpec, push
 from connector.schema import Table
 from tests.fixtures.server import ServerFactory
 from tests.push.conftest import PEOPLE
@@ -83,7 +83,7 @@ def test_export_edit_push_export(server_factory: ServerFactory, tmp_path: Path, 
         else:
             edit.to_csv(edited, index=False)
 
-        result = push(client, edited, table=table_id, key="Name", mode="mirror")
+        result = push(client, PushSpec(edited, table=table_id, key="Name", mode="mirror"))
         assert (result.created, result.updated, result.deleted) == (1, 4, 2)
         export(client, table, second, write_parquet if fmt == "parquet" else write_csv)
 
@@ -108,7 +108,7 @@ def test_an_export_pushes_back_by_row_id(server_factory: ServerFactory, tmp_path
         edit = edit[edit["Name"] != "p09"]
         edit.to_parquet(edited, index=False)
 
-        result = push(client, edited, table=table_id, key="id", mode="mirror")
+        result = push(client, PushSpec(edited, table=table_id, key="id", mode="mirror"))
         assert (result.created, result.updated, result.deleted) == (0, 2, 1)
         assert result.plan.ignored == ("_created_at", "_updated_at")
         export(client, table, second, write_parquet)

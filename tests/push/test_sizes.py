@@ -16,9 +16,9 @@ from typing import Any
 import pandas as pd
 
 from connector.api import Client, RetryPolicy
-from connector.push import push
-from connector.push.apply import excel_safe
+from connector.push import PushSpec, push
 from connector.push.plan import MAX_REQUEST_BYTES, Create, create_batches
+from connector.push.writes import excel_safe
 from tests.fixtures.server import ROOT, ServerFactory
 
 SPEC = {
@@ -64,7 +64,7 @@ def test_a_413_splits_by_size_a_row_too_large_alone_is_rejected_and_the_rest_goe
     rejects = tmp_path / "notes.rejects.csv"
 
     with Client(server.base_url, server.api_key, retry=FAST_RETRY) as client:
-        result = push(client, frame, table="Notes", key="Code", rejects=rejects)
+        result = push(client, PushSpec(frame, table="Notes", key="Code", rejects=rejects))
         assert result.created == 119
         (bad,) = result.rejected
         assert bad.row == 52 and "too large for one request" in bad.message
@@ -79,7 +79,7 @@ def test_a_413_splits_by_size_a_row_too_large_alone_is_rejected_and_the_rest_goe
         assert line[0] == "52" and line[4] == "c050"
         assert line[5].startswith("'=HYPERLINK(")  # shown as text, never run as a formula
 
-        again = push(client, frame, table="Notes", key="Code")  # a rerun converges
+        again = push(client, PushSpec(frame, table="Notes", key="Code"))  # a rerun converges
         assert again.plan.counts.created == 1 and again.created == 0 and len(again.rejected) == 1
 
 
@@ -101,7 +101,7 @@ def test_updates_and_deletes_too_large_for_one_request(
     server.insert_rows(table_id, [{"Code": "keep", "Text": "old"}])
     frame = pd.DataFrame({"Code": ["keep", "new"], "Text": ["w" * 3_000, "short"]})
     with Client(server.base_url, server.api_key, retry=FAST_RETRY) as client:
-        result = push(client, frame, table="Notes", key="Code", mode="mirror", allow_delete=150)
+        result = push(client, PushSpec(frame, table="Notes", key="Code", mode="mirror", allow_delete=150))
     # 100 ids make a body over 2,000 bytes: the bulk delete is split until it fits
     assert (result.created, result.deleted) == (1, 150)
     (bad,) = result.rejected

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from connector.errors import ConfigError, InputError, ValidationReport
-from connector.push.source import Source
+from connector.push.sheet import SourceFrame
 from connector.push.validate import Key, validate
 from connector.schema import Column, Table
 
@@ -22,11 +22,11 @@ TABLE = Table(
 )
 
 
-def source(**columns: list[object]) -> Source:
-    return Source.from_frame(pd.DataFrame(columns, dtype=object), "people.csv")
+def source(**columns: list[object]) -> SourceFrame:
+    return SourceFrame.from_frame(pd.DataFrame(columns, dtype=object), "people.csv")
 
 
-def problems(src: Source, key: str = "Name") -> list[str]:
+def problems(src: SourceFrame, key: str = "Name") -> list[str]:
     with pytest.raises(ValidationReport) as caught:
         validate(src, TABLE, Key.parse(key, TABLE))
     assert isinstance(caught.value, InputError)
@@ -47,7 +47,7 @@ def test_every_problem_is_reported_at_once_by_spreadsheet_row() -> None:
         "row 2, column 'Name', value 'Ann': duplicate key: also on row(s) 4",
         "row 3, column 'Age', value 'old': not a number",
         "row 3, column 'Status', value 'gone': not one of the options: 'active', 'paused'",
-        "row 4, column 'Born', value '2024-13-01': not a date (use YYYY-MM-DD, a date like '5 March 2024', an Excel date, or give --date-format)",
+        "row 4, column 'Born', value '2024-13-01': not a date (use YYYY-MM-DD, a date like '5 March 2024', an Excel date, or give date_format)",
         "row 4, column 'Name', value 'Ann': duplicate key: also on row(s) 2",
         "row 5, column 'Name': the key is empty",
     ]

@@ -18,7 +18,8 @@ Two failures need care:
   Bulk creates are sized by bytes (`plan.MAX_REQUEST_BYTES`) as well as by rows from the start.
 
 When an apply stops on an error, the error carries what was written before it
-(`written_before`): the push's summary says so, and a rerun converges.
+(`ConnectorError.written`, read by `written_before`): the push's summary says so, and a rerun
+converges.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import asyncio
 import csv
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -44,21 +44,19 @@ from connector.errors import (
     TransportError,
 )
 from connector.progress import Progress
+from connector.push.diff import canonical_keys
 from connector.push.live import Live, read_live_async
 from connector.push.plan import (
     MAX_REQUEST_BYTES,
-    Counts,
     Create,
     Plan,
     Update,
     body_bytes,
-    canonical_keys,
     create_batches,
 )
+from connector.results import PushResult, Rejected
 
 __all__ = [
-    "Applied",
-    "Rejected",
     "apply_plan",
     "excel_safe",
     "write_rejects",
@@ -71,57 +69,8 @@ MAX_RECOVERIES = 5
 REREAD_GATHER_SECONDS = 0.05
 #: HTTP status of a body too large for the server.
 TOO_LARGE = 413
-#: The attribute of an error that stopped an apply holding what was written before it.
-_WRITTEN = "push_written_before"
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Rejected:
-    """A row the server refused: where it came from, which column, and why."""
-
-    row: int | None
-    id: str | None
-    column: str | None
-    message: str
-    fields: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Applied:
-    """What a push planned and what its apply did (a dry run did nothing: all counts are
-    zero). A run reports it as a `connector.results.Applied` (`connector.push.report`)."""
-
-    plan: Plan
-    created: int = 0
-    updated: int = 0
-    deleted: int = 0
-    rejected: tuple[Rejected, ...] = ()
-    #: Write requests sent, including the extra ones failures needed (bisects, re-sends).
-    requests: int = 0
-    #: Reads of the whole table made to resolve ambiguous failures.
-    rereads: int = 0
-    #: Wall time of the whole push (read, plan and writes).
-    seconds: float = 0.0
-    dry_run: bool = False
-    #: The most write requests in flight at once (the client's adaptive level's peak).
-    concurrency: int = 0
-
-    @property
-    def applied(self) -> Counts:
-        """What was done (all zero for a dry run)."""
-        return Counts(
-            self.created, self.updated, self.deleted,
-            0 if self.dry_run else self.plan.unchanged, len(self.rejected),
-        )
-
-    def summary(self) -> str:
-        """The one line people read: counts, requests and seconds."""
-        return (
-            f"created {self.created}, updated {self.updated}, deleted {self.deleted}, "
-            f"rejected {len(self.rejected)}, requests {self.requests}, {self.seconds:.2f} s"
-        )
 
 
 async def apply_plan(
@@ -130,7 +79,7 @@ async def apply_plan(
     *,
     concurrency: int | None = None,
     bar: Progress | None = None,
-) -> Applied:
+) -> PushResult:
     """Send `plan`'s writes (creates, then updates, then deletes) and count what happened.
 
     As many requests are in flight as the client's adaptive limit allows (`concurrency`, if
@@ -147,19 +96,19 @@ async def apply_plan(
         await _all(run.update(update) for update in plan.updates)
         await _all(run.delete(chunk) for chunk in _chunks(ids, MAX_BULK_ROWS))
     except ConnectorError as exc:
-        setattr(exc, _WRITTEN, run.result(time.perf_counter() - started))
+        exc.written = run.result(time.perf_counter() - started)
         raise
     finally:
         await run.settle()
     return run.result(time.perf_counter() - started)
 
 
-def written_before(exc: BaseException) -> Applied | None:
+def written_before(exc: BaseException) -> PushResult | None:
     """What an apply that stopped with `exc` had written before (None: `exc` did not come
     from an apply). Rows in flight when it stopped may have been written too: a rerun of the
     push finds them and converges."""
-    written = getattr(exc, _WRITTEN, None)
-    return written if isinstance(written, Applied) else None
+    written = exc.written if isinstance(exc, ConnectorError) else None
+    return written if isinstance(written, PushResult) else None
 
 
 class _Run:
@@ -184,14 +133,22 @@ class _Run:
         self._next_read: asyncio.Future[Live] | None = None
         self._reads: set[asyncio.Future[Live]] = set()  # re-reads not yet finished
 
-    def result(self, seconds: float) -> Applied:
-        return Applied(
-            plan=self.plan,
+    def result(self, seconds: float) -> PushResult:
+        """What was written so far; rows the server rejected make the push failed."""
+        rejected = tuple(sorted(self.rejected, key=lambda r: (r.row or 0, r.id or "")))
+        return PushResult(
+            file=None,
+            table=self.plan.table.name,
+            status="failed" if rejected else "ok",
             created=self.created,
             updated=self.updated,
             deleted=self.deleted,
-            rejected=tuple(sorted(self.rejected, key=lambda r: (r.row or 0, r.id or ""))),
+            unchanged=self.plan.unchanged,
+            error=f"the server rejected {len(rejected)} rows" if rejected else None,
+            plan=self.plan,
+            rejected=rejected,
             requests=self.requests,
+            problems=tuple(map(str, rejected)),
             rereads=self.rereads,
             seconds=seconds,
             concurrency=self.client.concurrency.peak,
