@@ -233,6 +233,12 @@ def encode_csv(
     return rows
 
 
+#: "Z" and "" as Arrow scalars taken from an array built from buffers: a Python value
+#: handed to a compute function makes pyarrow import pandas (a second and a half of a small
+#: CSV export).
+_Z, _NOTHING = string_array(["Z", ""])
+
+
 def as_text(batch: pa.RecordBatch) -> pa.RecordBatch:
     """`batch` ready for a CSV writer: choices as their text, timestamps as ISO 8601 UTC
     text ending in ``Z`` (Arrow's own time-zone-aware formatting is ~30x slower), decimals
@@ -245,7 +251,7 @@ def as_text(batch: pa.RecordBatch) -> pa.RecordBatch:
             column = _decimal_text(column)
         elif pa.types.is_timestamp(column.type) and column.type.tz is not None:
             utc = column.cast(pa.timestamp(column.type.unit)).cast(pa.string())
-            column = pc.binary_join_element_wise(utc, "Z", "")
+            column = pc.binary_join_element_wise(utc, _Z, _NOTHING)
         columns.append(column)
     return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
 
