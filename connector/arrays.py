@@ -112,7 +112,7 @@ def arrow_ints(values: npt.NDArray[np.int64]) -> pa.Array:
 def int64_values(array: pa.Array | pa.ChunkedArray, missing: int) -> npt.NDArray[np.int64]:
     """`array` (integers, or timestamps as theirs) as numpy int64, a null as `missing`. Read
     from its buffers: pyarrow's `to_numpy`, like a Python scalar handed to a compute function,
-    makes pyarrow import pandas (~40 MB and a second of a quiet sync)."""
+    makes pyarrow import pandas, which a quiet sync never needs."""
     chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
     parts = [_int64_chunk(chunk.cast(pa.int64()), missing) for chunk in chunks if len(chunk)]
     return np.concatenate(parts) if parts else np.empty(0, np.int64)

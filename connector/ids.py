@@ -1,7 +1,7 @@
 """Sets of row ids as sorted 64-bit hashes: 8 bytes an id, so a sync's memory stays flat.
 
-A sync compares the ids a destination holds with those upstream. Held as Python strings a
-million ids cost ~100 MB (and an Arrow hash table ~70 MB more each time it is built); here
+A sync compares the ids a destination holds with those upstream. Held as Python strings
+(or in an Arrow hash table, built again each time) a million ids cost many times that; here
 they are the sorted array of their 64-bit hashes (Python's `hash` of the id: salted per
 process, which is fine, since every set of one run is hashed by the same process), and
 membership is a binary search. The id strings themselves are only ever streamed: from the

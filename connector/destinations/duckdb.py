@@ -56,13 +56,12 @@ __all__ = ["MEMORY_LIMIT", "READ_ROWS", "THREADS", "DuckdbDestination", "connect
 #: Rows a scan reads back at a time.
 READ_ROWS = 64 * 1024
 #: DuckDB's buffer memory: by default 80% of RAM, which it fills with the blocks a big load
-#: wrote. Past it DuckDB evicts written blocks and spills to ``<file>.tmp``. Peak RSS of a
-#: 1,000,000-row replace fed a batch at a time (in-process, bench/RESULTS.md): 277 MB at
-#: 128MB, 241 at 64MB, 209 at 32MB, 190 at 32MB on one thread; a 1,000,000-row merge
-#: into as many held rows works within it.
+#: wrote. Past it DuckDB evicts written blocks and spills to ``<file>.tmp``: a load's peak
+#: memory stays flat (bench/RESULTS.md has the figures), and a merge of as many rows as the
+#: table holds works within it.
 MEMORY_LIMIT = "32MB"
 #: DuckDB's worker threads: the rows come from one stream, so more threads add only their
-#: buffers (~20 MB of peak RSS at 1,000,000 rows), not speed.
+#: buffers, not speed.
 THREADS = 1
 _FEATURE = "duckdb:/// destinations"
 #: `connector.schema`'s SQL type names (`ColumnType.sql_name`) as DuckDB spells them

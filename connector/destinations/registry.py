@@ -59,6 +59,8 @@ class Capabilities:
     marks: bool = True
     #: How it spells and compares the names of tables and columns (`connector.naming`).
     names: NameRules = field(default_factory=lambda: NameRules(max_bytes=255))
+    #: Holds a ``decimal(P,S)`` column exactly (SQLite keeps 15 digits of a NUMERIC).
+    decimals: bool = True
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,8 @@ class DestinationConfig:
         own = kind(self.kind).capabilities
         if self.database is not None and self.database.engine == "postgresql":
             return replace(own, parallel_writes=True, names=_POSTGRES_NAMES)
+        if self.database is not None and self.database.engine == "sqlite":
+            return replace(own, decimals=False)
         return own
 
     def describe(self) -> str:

@@ -26,7 +26,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, date, datetime
 from typing import Any
 
-import psycopg
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import sqlalchemy as sa
@@ -45,11 +44,12 @@ from connector.destinations.evolve import rename_fields, renames
 from connector.destinations.formats import as_text
 from connector.destinations.held import held
 from connector.destinations.registry import DestinationConfig
+from connector.destinations.sqlengine import connect, database_errors, settle, transaction
 from connector.errors import ConfigError, DestinationError
-from connector.locations import DEFAULT_TIMEOUT, DatabaseUrl
+from connector.locations import DatabaseUrl
 from connector.naming import NAME_REGISTRY, OWN_PREFIX, fold
 
-__all__ = ["SqlDestination", "connect", "database_errors", "open_sql"]
+__all__ = ["SqlDestination", "open_sql"]
 
 #: Ids per DELETE / UPDATE statement (well under every database's bound-parameter limit).
 ID_CHUNK = 500
@@ -112,7 +112,7 @@ class SqlDestination:
         return held((t for t in tables if not fold(t).startswith(OWN_PREFIX)), recorded)
 
     def claim(self, names: Mapping[str, str]) -> None:
-        with database_errors(self.engine, "recording table names"), _transaction(self.engine) as conn:
+        with database_errors(self.engine, "recording table names"), transaction(self.engine) as conn:
             _RECORD.create(conn, checkfirst=True)
             last = conn.execute(sa.select(sa.func.coalesce(sa.func.max(_RECORD.c.seq), 0))).scalar()
             conn.execute(_RECORD.delete().where(_RECORD.c.name.in_(list(names))))
@@ -152,17 +152,16 @@ class SqlDestination:
         try:
             return self._apply(target, change)
         except BaseException:
-            _settle(self.engine)
+            settle(self.engine)
             raise
 
     def _apply(self, target: Target, change: TableChange) -> Committed:
         with (
             self._failures("writing", target),
-            _transaction(self.engine) as conn,
+            transaction(self.engine) as conn,
         ):
             _check_identifiers(conn, target)
-            _check_types(conn, target)
-            # a replace needs nothing of the held table (reflecting it: ~30 ms of queries)
+            # a replace needs nothing of the held table (reflecting it costs queries)
             held = None if change.mode == "replace" else _reflect(conn, target.name)
             marks = change.mark or (
                 change.mode != "replace" and held is not None and target.deleted_name in held.c
@@ -321,7 +320,7 @@ def _staging(like: sa.Table, conn: sa.Connection, *, late_key: bool = False) -> 
         sa.MetaData(),
         *(
             # a late key's column is NOT NULL from the start: adding the key then needs no
-            # scan to check it (10-40 ms of a 200,000-row load)
+            # scan to check it
             sa.Column(c.name, c.type, primary_key=c.primary_key and not late_key,
                       nullable=not c.primary_key, quote=True)
             for c in like.columns
@@ -541,63 +540,6 @@ def _utc_text(value: Any) -> str:
 # --- connections and errors ----------------------------------------------------------------
 
 
-def connect(database: DatabaseUrl, timeout: float = DEFAULT_TIMEOUT) -> sa.Engine:
-    """An engine for `database`, checked by connecting once: fail before any table is read.
-
-    A driver that is not installed is a ConfigError; an unreachable database a
-    DestinationError. Connecting gives up after `timeout` seconds. Dispose of it after.
-    """
-    engine = _create_engine(database, timeout)
-    try:
-        with database_errors(engine, "connecting"), engine.connect():
-            pass
-    except DestinationError:
-        engine.dispose()
-        raise
-    return engine
-
-
-def _create_engine(database: DatabaseUrl, timeout: float) -> sa.Engine:
-    """psycopg (3) for plain ``postgresql://`` URLs; errors never echo the URL (passwords)."""
-    parsed = database.sqlalchemy()
-    if parsed.drivername == "postgresql":
-        parsed = parsed.set(drivername="postgresql+psycopg")
-    args: dict[str, Any] = {}
-    if database.engine == "postgresql":
-        args = {"connect_timeout": max(1, round(timeout))}
-    elif database.engine == "sqlite":
-        args = {"timeout": timeout}  # waiting for another writer's lock
-    try:
-        return sa.create_engine(parsed, connect_args=args)
-    except ImportError as exc:
-        raise ConfigError(
-            f"{database}: its driver is not installed ({type(exc).__name__}: {exc}); "
-            "install it, or use sqlite:/// or postgresql://"
-        ) from None
-
-
-@contextlib.contextmanager
-def _transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
-    """One transaction that includes DDL. Python's sqlite3 would autocommit a CREATE TABLE
-    issued before any INSERT, so on SQLite we open the transaction ourselves."""
-    with engine.begin() as conn:
-        raw: Any = conn.connection.driver_connection
-        if engine.dialect.name == "sqlite" and not raw.in_transaction:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-        yield conn
-
-
-def _settle(engine: sa.Engine) -> None:
-    """After a failed write on SQLite, finish its rollback now: a full disk met while the
-    transaction spilled into the database file leaves the ``-journal`` file "hot", and the
-    next read of the database rolls it back and removes it. Best effort: the failure itself
-    is what the caller reports."""
-    if engine.dialect.name != "sqlite":
-        return
-    with contextlib.suppress(Exception), engine.connect() as conn:
-        conn.exec_driver_sql("SELECT count(*) FROM sqlite_master")
-
-
 def _check_identifiers(conn: sa.Connection, target: Target) -> None:
     """PostgreSQL silently truncates names over 63 bytes: refuse them instead."""
     limit = conn.dialect.max_identifier_length
@@ -607,29 +549,3 @@ def _check_identifiers(conn: sa.Connection, target: Target) -> None:
                 f"name {identifier!r} is longer than {conn.dialect.name}'s limit of {limit} "
                 "bytes; load the table under a shorter name"
             )
-
-
-def _check_types(conn: sa.Connection, target: Target) -> None:
-    """SQLite keeps 15 digits of a NUMERIC: a decimal column is refused, naming its setting."""
-    if conn.dialect.name != "sqlite":
-        return
-    for column in target.table.columns:
-        held = column.values
-        if held is not None and held.name == "decimal":
-            raise ConfigError(
-                f"{column.typed_by or 'types'}: column {column.name!r} of table "
-                f"{target.table.name!r} is {held}, and SQLite has no exact decimal type; type "
-                'it "text" (the exact digits, as text), "int64" or "float64" for SQLite, or '
-                "load it into PostgreSQL or DuckDB"
-            )
-
-
-@contextlib.contextmanager
-def database_errors(engine: sa.Engine, doing: str) -> Iterator[None]:
-    """Database errors become a DestinationError saying what failed, and where (no password)."""
-    try:
-        yield
-    except (sa.exc.SQLAlchemyError, psycopg.Error) as exc:  # psycopg's own: from COPY
-        reason = " ".join(str(getattr(exc, "orig", None) or exc).split())  # psycopg's span lines
-        where = engine.url.render_as_string(hide_password=True)
-        raise DestinationError(f"{doing} ({where}) failed: {reason}") from exc

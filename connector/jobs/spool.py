@@ -82,8 +82,8 @@ class Spool:
         filtered: list[pa.RecordBatch] = []
         # Read, not memory-mapped: mapped pages of a large spool would count as resident.
         with pa.OSFile(str(self.path)) as source:
-            # Only the columns asked for are read from the file (the others' buffers would
-            # be read, then freed, and kept by the allocator: +60 MB for 300,000 rows).
+            # Only the columns asked for are read from the file: the others' buffers would
+            # be read, then freed, and kept by the allocator.
             wanted = None if columns is None else [self.schema.get_field_index(c) for c in columns]
             reader = pa.ipc.open_file(source, options=pa.ipc.IpcReadOptions(included_fields=wanted))
             for i in range(reader.num_record_batches):

@@ -3,6 +3,9 @@ nulls differ, replaced whole and atomically; no other mode."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +23,7 @@ from connector.destinations import (
 from connector.errors import ConfigError
 from tests.destinations.helpers import apply, config
 from tests.destinations.samples import ROWS, SCHEMA, TABLE, batches
+from tests.fixtures.server import RunningServer
 
 
 def csv(folder: Path, **options: bool) -> DestinationConfig:
@@ -88,3 +92,27 @@ def test_csv_is_only_replaced_whole(tmp_path: Path, mode: str) -> None:
     finally:
         destination.close()
     assert list(tmp_path.iterdir()) == []
+
+
+CLI_EXPORT = """
+import sys
+from connector.cli import main
+try:
+    main(["export", "--format", sys.argv[1], "--out", sys.argv[2]], standalone_mode=False)
+finally:
+    print(sorted(m for m in ("pandas", "sqlalchemy") if m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_an_export_never_imports_pandas(server: RunningServer, tmp_path: Path, fmt: str) -> None:
+    """A small CSV export cost two seconds: a Python value handed to an Arrow compute function
+    made pyarrow import pandas. Timestamps are the column that did it."""
+    table_id = server.create_table({"name": "Stamped", "columns": [{"name": "Due", "type": "date"}]})
+    server.insert_rows(table_id, [{"Due": "2024-03-31"}, {}])
+    env = {**os.environ, "CONNECTOR_BASE_URL": server.base_url, "CONNECTOR_API_KEY": server.api_key}
+    done = subprocess.run([sys.executable, "-c", CLI_EXPORT, fmt, str(tmp_path / "out")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"
+    assert (tmp_path / "out" / f"Stamped.{fmt}").is_file()
