@@ -23,10 +23,19 @@ from connector.server.limits import (
     MAX_HEAD_BYTES,
     MAX_RESPONSE_BYTES,
 )
+from connector.server.ratelimit import DEFAULT_HEADERS, header_forms
 from connector.server.storage import DEFAULT_DB, Storage
 
 _rate = click.FloatRange(0.0, 1.0)
 _bytes = click.IntRange(min=1)
+
+
+def _forms(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        header_forms(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
 
 #: Seconds a stopping server gives requests in flight to finish before it cuts them.
 SHUTDOWN_GRACE_SECONDS = 10
@@ -77,6 +86,10 @@ _KEY = re.compile(r"[\x21-\x7e]{1,512}")
               help="Fault: row writes (creates, updates, deletes) are answered and stamped on arrival "
               "but reach reads (pages, totals, filters, sorts) D ms later, in arrival order, like a "
               "lagging replica; a stop (SIGTERM, Ctrl-C) applies them first.")
+@click.option("--rate-headers", default=DEFAULT_HEADERS, show_default=True, metavar="FORMS", callback=_forms,
+              help="With --rate-limit: the header forms each answer publishes the key's limit in, "
+              "comma-separated: ietf (RateLimit-Policy and RateLimit, the IETF draft's fields), draft "
+              "(RateLimit-Limit/-Remaining/-Reset, its older drafts), x (X-RateLimit-*); or none.")
 @click.option("--fault-control", is_flag=True,
               help="Accept PUT /v1/_faults {setting: value, ...} to change faults while running.")
 @click.option("--max-body-bytes", type=_bytes, default=MAX_BODY_BYTES, show_default=True,
@@ -118,6 +131,7 @@ def serve(
     max_page_size: int | None,
     refuse_system_filters: bool,
     late_visibility_ms: float,
+    rate_headers: str,
     fault_control: bool,
     max_body_bytes: int,
     max_cell_bytes: int,
@@ -194,6 +208,7 @@ def serve(
             max_page_size=max_page_size,
             refuse_system_filters=refuse_system_filters,
             late_visibility_ms=late_visibility_ms,
+            rate_headers=rate_headers,
             fault_control=fault_control,
             max_body_bytes=max_body_bytes,
             max_cell_bytes=max_cell_bytes,
