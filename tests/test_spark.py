@@ -100,7 +100,7 @@ class Env:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     main = RunningServer(tmp_path_factory.mktemp("spark-main"), {"fault_control": True}).start()
-    limited = RunningServer(tmp_path_factory.mktemp("spark-limited"), {"rate_limit": 5}).start()
+    limited = RunningServer(tmp_path_factory.mktemp("spark-limited"), {"rate_limit": 5, "rate_headers": "none"}).start()
     tables = {}
     try:
         tables["Every Type"] = main.create_table(EVERY_TYPE)

@@ -31,16 +31,17 @@ limit probing:
   past the limit (doubling every ``PROBE_DOUBLING`` seconds) until a 429 measures the limit
   again: a raised limit is found, a lowered one too. A probe that finds what was known
   doubles the time to the next (up to ``PROBE_MAX``).
-* **start** (a later process): the limit remembered (`RateMemory`) starts the pace at
-  ``BURST`` x it, which spends what the bucket saved while no request was made; the first
-  429 means the bucket is empty: cruise. If more was accepted by then than the limit allows
-  (its rate over the time plus a full bucket, x ``RAISED``), the limit was raised, or
-  lifted: it is forgotten (a floor is remembered instead) and requests go free. A memory
-  older than ``TRUSTED`` seconds is probed after ``PROBE_SOON`` seconds of cruise.
+* **start** (a later process): the limit remembered (`RateMemory`) starts the pace above it,
+  by ``EXCESS`` requests a round trip, which spends what the bucket saved while no request
+  was made; the first 429 means the bucket is empty: cruise. If more was accepted by then
+  than the limit allows (its rate over the time plus a full bucket, x ``RAISED``), the limit
+  was raised, or lifted: it is forgotten and requests go free. A remembered first guess is
+  a start too, probed after ``PROBE_SOON`` seconds of cruise (a start given more than it
+  allows searches on from there), and so is a limit older than ``TRUSTED`` seconds.
 
-Only measured and published limits are remembered as limits; a guess never is. Requests
-booked before a cut were paced too fast: those still waiting book again, and their 429s are
-not judged twice (`Slot.epoch`).
+Measured and published limits are remembered as limits; a first guess as a guess, which never
+replaces a limit. Requests booked before a cut were paced too fast: those still waiting book
+again, and their 429s are not judged twice (`Slot.epoch`).
 
 The pacer is thread-safe and loop-agnostic: `reserve()` books a start slot under a lock and
 says how long to wait; the async client awaits it. `limiter_for` keeps one per key and
@@ -111,10 +112,11 @@ TRUSTED = 3600.0
 PROBE_SOON = 2.0
 #: A probe's limit within this share of the one known is the same limit.
 SAME = 0.05
-#: With a known limit, a process starts this many requests a second above it (at least half
-#: the limit again), spending what the bucket saved; fast enough that a limit since lifted
-#: shows within a fraction of a second, slow enough that few requests are on their way when
-#: the bucket runs dry.
+#: With a known limit, a process starts above it, spending what the bucket saved: by EXCESS
+#: requests a round trip (so about that many are on their way when the bucket runs dry, to be
+#: refused), at most BURST requests a second (before a round trip is timed). Fast enough that
+#: a limit since lifted shows within a fraction of a second.
+EXCESS = 0.5
 BURST = 100.0
 #: Accepted past the known limit's allowance x this: the limit was raised, or lifted.
 RAISED = 1.1
@@ -150,8 +152,8 @@ class Slot(NamedTuple):
 @dataclass(frozen=True)
 class Learned:
     """A server's rate for one key (requests a second): `measured` between two 429s or
-    published by the server (a limit), else a floor (it accepted at least that much).
-    `age`: seconds since it was learned."""
+    published by the server (a limit), else a first guess (no more than a bucket of a second
+    could give: a start, to be probed). `age`: seconds since it was learned."""
 
     rate: float
     measured: bool
@@ -163,8 +165,8 @@ class RateLimiter:
 
     `rate`: a starting pace (requests a second), else unpaced until something is known.
     `known`: the server's rate as learned before (`RateMemory`); `learned` is called with
-    each limit measured or published (and a floor where a known limit proved too low), to
-    remember it.
+    each limit measured or published and each first guess, to remember it, and with None
+    when a limit known was lifted, to forget it.
     """
 
     def __init__(
@@ -172,7 +174,7 @@ class RateLimiter:
         rate: float | None = None,
         *,
         known: Learned | None = None,
-        learned: Callable[[Learned], None] | None = None,
+        learned: Callable[[Learned | None], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._clock = clock
@@ -180,20 +182,22 @@ class RateLimiter:
         self._tell = learned
         self._told = 0.0  # the last limit told (not told again unless it moves)
         #: The server's refill rate as measured, published or remembered; 0: not known.
-        self._limit = known.rate if known is not None and known.measured else 0.0
-        #: A rate the server was seen to accept (never a limit): where a first guess starts.
-        self._floor = known.rate if known is not None and not known.measured else 0.0
+        self._limit = known.rate if known is not None else 0.0
+        #: Whether `_limit` is a guess (remembered from a first 429): probed soon, and a start
+        #: given more than it allows searches on from what it was given.
+        self._guessed = known is not None and not known.measured
         self._rate: float | None = rate
         self._phase = _CRUISE if rate is not None else _FREE
         if rate is None and self._limit:
-            self._phase, self._rate = _START, self._limit + max(BURST, self._limit / 2)
+            self._phase, self._rate = _START, self._limit + BURST
         self._probe_every = PROBE_AFTER
-        if known is not None and known.measured and known.age > TRUSTED:
+        if known is not None and (self._guessed or known.age > TRUSTED):
             self._probe_every = PROBE_SOON
         self._next_start = 0.0
         self._epoch = 0  #: how many times the pace was cut
         self._seq = 0  #: bookings made
-        self._open: dict[int, None] = {}  #: bookings not answered yet (insertion-ordered)
+        self._open: dict[int, float] = {}  #: bookings not answered yet: when each starts
+        self._rtt: float | None = None  # seconds from a start to its answer, on average
         self._began: float | None = None  # the first booking
         self._bound_at = -math.inf  # the last booking that had to wait: the pace binds
         self._grown_at = 0.0  # when a rising pace last grew
@@ -211,6 +215,7 @@ class RateLimiter:
         self._anchored = 0  # the booking whose answer the published remaining was last read from
         self._refill_from: tuple[float, int, int] | None = None
         self._strikes = 0
+        self._forget = False  # the limit known was lifted: the memory is to forget it
         self.throttled = 0  #: 429s seen, for reports and benchmarks
         self.accepted = 0  #: other answers seen
 
@@ -244,21 +249,20 @@ class RateLimiter:
         with self._lock:
             now = self._clock()
             self._seq += 1
-            self._open[self._seq] = None
-            if len(self._open) > 1024:  # bookings given up (a cut re-booked them) or never answered
+            if len(self._open) >= 1024:  # bookings given up (a cut re-booked them) or never answered
                 del self._open[next(iter(self._open))]
             if self._began is None:
                 self._began = self._grown_at = now
-            if self._rate is None:
-                return Slot(0.0, self._epoch, self._seq)
-            # a published limit lends what the server said remains; a learned one nothing
-            credit = max(1.0, self._published - RESERVE) if self._published else 1.0
-            start = max(now - (credit - 1.0) / self._rate, self._next_start)
-            self._next_start = start + 1.0 / self._rate
-            if start > now:
-                self._bound_at = now
-                return Slot(start - now, self._epoch, self._seq)
-            return Slot(0.0, self._epoch, self._seq)
+            start = now
+            if self._rate is not None:
+                # a published limit lends what the server said remains; a learned one nothing
+                credit = max(1.0, self._published - RESERVE) if self._published else 1.0
+                start = max(now - (credit - 1.0) / self._rate, self._next_start)
+                self._next_start = start + 1.0 / self._rate
+                if start > now:
+                    self._bound_at = now
+            self._open[self._seq] = start
+            return Slot(max(0.0, start - now), self._epoch, self._seq)
 
     def on_accepted(self, slot: Slot | None = None, quota: Quota | None = None) -> None:
         """The server answered `slot`'s request with something other than 429 (`quota`:
@@ -271,8 +275,7 @@ class RateLimiter:
             self._recent.append(now)
             while self._recent and self._recent[0] < now - GUESS_SPAN:
                 self._recent.popleft()
-            if slot is not None:
-                self._open.pop(slot.seq, None)
+            self._answered(slot, now)
             if quota is not None and self._strikes < STRIKES:
                 told = self._follow(quota, slot, now)
             if self._published is None:
@@ -287,8 +290,7 @@ class RateLimiter:
         with self._lock:
             now = self._clock()
             self.throttled += 1
-            if slot is not None:
-                self._open.pop(slot.seq, None)
+            self._answered(slot, now)
             judged = slot is None or slot.epoch >= self._epoch
             self._strikes += judged and self._published is not None
             if self._published is not None and self._strikes >= STRIKES:
@@ -301,6 +303,12 @@ class RateLimiter:
             else:
                 told = self._throttled(now, judged)
         self._remember(told)
+
+    def _answered(self, slot: Slot | None, now: float) -> None:
+        """`slot`'s request is no longer on its way; how long it took is a round trip."""
+        start = self._open.pop(slot.seq, None) if slot is not None else None
+        if start is not None and now >= start:
+            self._rtt = now - start if self._rtt is None else 0.8 * self._rtt + 0.2 * (now - start)
 
     # -- learning ---------------------------------------------------------------------------
 
@@ -316,9 +324,14 @@ class RateLimiter:
         elapsed = now - (self._began or now)
         if self._phase == _FREE and len(self._recent) < GUESS_ANSWERS:
             return None  # nothing to guess from: the retries back off while a WINDOW passes
+        told: Learned | None = None
+        # no more than a bucket of a second could have given lately: not above its limit
+        guess = max(MIN_RATE, len(self._recent) / (min(GUESS_SPAN, elapsed) + BURST_SECONDS))
         if self._phase == _FREE:
-            guess = len(self._recent) / (min(GUESS_SPAN, elapsed) + BURST_SECONDS)
-            self._search(max(MIN_RATE, guess, min(self._floor, 2 * guess)), now)
+            self._search(guess, now)
+            told = Learned(guess, measured=False)  # where the next process starts, to probe
+        elif self._phase == _SEARCH and mark is None:  # a search that began with no 429 met one
+            self._search(min(SHORT_CUT * (self._rate or guess), guess), now)
         elif self._phase == _START and self.accepted > RAISED * self._limit * (elapsed + BURST_SECONDS):
             self._search(self.accepted / (elapsed + BURST_SECONDS), now)  # more than it could give
         elif self._phase == _START:
@@ -327,16 +340,16 @@ class RateLimiter:
             pace = self._rate or self._limit or MIN_RATE
             self._set(_SEARCH, max(MIN_RATE, SHORT_CUT * pace, DECREASE * self._cut_from), now)
         self._cut_epoch(now, skip=DRAIN)  # the bucket is empty: let it save a little
-        return None
+        return told
 
     def _measured(self, limit: float, now: float) -> Learned:
         """A 429 measured the limit: cruise just under it, probing again later (sooner if the
         limit moved)."""
         if self._phase == _PROBE and abs(limit - self._limit) <= SAME * self._limit:
             self._probe_every = min(PROBE_MAX, 2 * self._probe_every)
-        elif self._phase == _PROBE:
+        else:
             self._probe_every = PROBE_AFTER
-        self._limit = limit
+        self._limit, self._guessed = limit, False
         self._cruise(now)
         self._cut_epoch(now, skip=DRAIN)
         return Learned(limit, measured=True)
@@ -360,13 +373,14 @@ class RateLimiter:
         self._next_start = now + (1 + skip) / (self._rate or MIN_RATE)
 
     def _grow(self, now: float) -> Learned | None:
-        """An accepted answer while learning: a rising pace rises while it binds; a cruising
-        one probes when due; a starting one checks it was not given more than it knows."""
-        binding = self._rate is not None and now - self._bound_at <= max(0.05, 2.0 / self._rate)
+        """An accepted answer while learning: a starting pace checks it was not given more
+        than it knows; a rising one rises while it binds; a cruising one probes when due."""
         since, self._grown_at = now - self._grown_at, now
         if self._rate is None:
             return None
-        if not binding:
+        if self._phase == _START:
+            return self._starting(now)
+        if now - self._bound_at > max(0.05, 2.0 / self._rate):  # the pace does not bind
             if now - self._bound_at > BURST_SECONDS:
                 self._mark = None  # the bucket refilled while unused: a measurement would be short
             return None
@@ -381,16 +395,24 @@ class RateLimiter:
             if self._cruise_binding >= self._probe_every:
                 self._phase = _PROBE
                 self._rate = self._limit
-        elif self._phase == _START:
-            elapsed = now - (self._began or now)
-            if self.accepted > RAISED * self._limit * (elapsed + BURST_SECONDS):
-                # the limit was raised, or lifted: go free, and keep what is known as a floor
-                floor = self.accepted / (elapsed + BURST_SECONDS)
-                self._limit, self._floor = 0.0, floor
-                self._phase, self._rate = _FREE, None
-                self._mark = None
-                self._epoch += 1
-                return Learned(floor, measured=False)
+        return None
+
+    def _starting(self, now: float) -> Learned | None:
+        """A process starting from a known limit: EXCESS requests a round trip above it, until
+        the bucket runs dry, or more is accepted than the limit could give: then a guess was
+        low (search on from what was given), and a limit was raised or lifted (forget it: go
+        free)."""
+        if self._rtt:
+            self._rate = self._limit + max(MIN_RATE, min(BURST, EXCESS / self._rtt))
+        elapsed = now - (self._began or now)
+        if self.accepted <= RAISED * self._limit * (elapsed + BURST_SECONDS):
+            return None
+        if self._guessed:
+            self._search(self.accepted / (elapsed + BURST_SECONDS), now)
+            return None
+        self._limit, self._phase, self._rate, self._mark = 0.0, _FREE, None, None
+        self._epoch += 1
+        self._forget = True
         return None
 
     # -- published --------------------------------------------------------------------------
@@ -438,7 +460,13 @@ class RateLimiter:
         return max(MIN_RATE, refill)
 
     def _remember(self, told: Learned | None) -> None:
-        if told is not None and self._tell is not None:
+        """Tell the memory what was learned, or (`_forget`) that what it knew is gone."""
+        if self._tell is None:
+            return
+        if self._forget:
+            self._forget = False
+            self._tell(None)
+        if told is not None:
             self._tell(told)
 
 
@@ -486,19 +514,23 @@ class RateMemory:
             return None
         return Learned(float(rate), measured is True, age)
 
-    def remember(self, entry: str, learned: Learned) -> None:
-        """Keep `learned` for `entry`, unless it is a floor no higher than a limit kept
-        (written aside, then renamed: readers see a whole file)."""
+    def remember(self, entry: str, learned: Learned | None) -> None:
+        """Keep `learned` for `entry`, unless it is a guess and a limit is kept; None: forget
+        what is kept (written aside, then renamed: readers see a whole file)."""
         if self.path is None:
             return
         with self._lock, contextlib.suppress(OSError):
             entries = self._read()
             kept = self.recall(entry)
-            if kept is not None and kept.measured and not learned.measured and learned.rate <= kept.rate:
+            if learned is None:
+                if entries.pop(entry, None) is None:
+                    return
+            elif kept is not None and kept.measured and not learned.measured:
                 return
-            entries[entry] = {
-                "rate": round(learned.rate, 3), "measured": learned.measured, "at": round(time.time()),
-            }
+            else:
+                entries[entry] = {
+                    "rate": round(learned.rate, 3), "measured": learned.measured, "at": round(time.time()),
+                }
             self.path.parent.mkdir(parents=True, exist_ok=True)
             temp = self.path.with_name(f".{self.FILE}.{os.getpid()}.{threading.get_ident()}")
             temp.write_text(json.dumps(entries, indent=1), encoding="utf-8")

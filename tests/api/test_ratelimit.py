@@ -120,7 +120,9 @@ def test_a_first_process_learns_the_limit_with_a_429_to_meet_it_and_one_to_measu
     drive(limiter, server, 400)
     assert server.statuses[429] <= 3
     assert limiter.learned == pytest.approx(40, rel=0.03)
-    assert [t.measured for t in told] == [True] and told[0].rate == limiter.learned
+    guess, measured = told
+    assert not guess.measured and guess.rate <= 40  # the first guess, to start the next from
+    assert measured.measured and measured.rate == limiter.learned
     assert pace(server, 40, 500, limiter) >= 0.95  # cruising just under it...
     assert server.statuses[429] <= 3  # ...without another 429
 
@@ -162,12 +164,12 @@ def test_the_limit_is_what_was_accepted_between_two_429s_a_window_apart() -> Non
             limiter.on_accepted()
 
     accepted(30, 0.5)
-    limiter.on_throttled()  # too soon to measure: the pace is cut, the measurement goes on
-    assert told == [] and limiter.learned is None
+    limiter.on_throttled()  # too soon to measure: a guess, the measurement goes on
+    assert [t.measured for t in told] == [False] and limiter.learned is None
     accepted(30, 0.6)
     limiter.on_throttled()
     assert limiter.learned == pytest.approx(60 / 1.1)
-    assert told == [Learned(pytest.approx(60 / 1.1), measured=True)]
+    assert told[-1] == Learned(pytest.approx(60 / 1.1), measured=True)
     assert limiter.rate == pytest.approx(BACKOFF * 60 / 1.1)
 
 
@@ -225,14 +227,13 @@ def test_a_remembered_limit_spends_the_bucket_then_cruises_under_it() -> None:
 
 def test_a_limit_since_lifted_is_forgotten_at_once() -> None:
     clock = Clock()
-    told: list[Learned] = []
+    told: list[Learned | None] = []
     limiter = RateLimiter(clock=clock, known=Learned(5.0, measured=True), learned=told.append)
     server = Server(clock, 1e6)  # no limit to speak of
     seconds = drive(limiter, server, 300, gap=0.002)
     assert limiter.rate is None and limiter.learned is None  # free again
     assert seconds < 300 * 0.002 + 0.1  # paced for a tenth of a second at most, not at 5 a second
-    [floor] = told
-    assert not floor.measured and floor.rate > 5  # remembered as a floor, never a limit
+    assert told == [None]  # and the memory forgets it
 
 
 @pytest.mark.parametrize("raised", [60.0, 200.0])
@@ -270,12 +271,26 @@ def test_a_cruising_pace_is_probed_and_less_often_when_the_limit_holds() -> None
     assert pace(server, 50, 500, limiter) >= 0.95
 
 
-def test_an_old_memory_is_probed_soon() -> None:
+@pytest.mark.parametrize("known", [Learned(50.0, measured=True, age=TRUSTED + 1), Learned(50.0, measured=False)])
+def test_an_old_memory_or_a_remembered_guess_is_probed_soon(known: Learned) -> None:
     clock = Clock()
-    limiter = RateLimiter(clock=clock, known=Learned(50.0, measured=True, age=TRUSTED + 1))
-    server = Server(clock, 55)  # raised a little: the start shows nothing, a probe does
+    told: list[Learned | None] = []
+    limiter = RateLimiter(clock=clock, known=known, learned=told.append)
+    server = Server(clock, 55)  # a little more: the start shows nothing, a probe does
     drive(limiter, server, 55 * 5)
     assert limiter.learned == pytest.approx(55, rel=0.03)
+    assert told == [Learned(pytest.approx(55, rel=0.03), measured=True)]
+    assert server.statuses[429] <= 3
+
+
+@pytest.mark.parametrize("guess", [40.0, 20.0])
+def test_a_remembered_guess_given_more_than_it_allows_searches_on_from_there(guess: float) -> None:
+    clock = Clock()
+    limiter = RateLimiter(clock=clock, known=Learned(guess, measured=False))
+    server = Server(clock, 50)
+    drive(limiter, server, 0, until=8.0)
+    assert limiter.learned == pytest.approx(50, rel=0.03)
+    assert server.statuses[429] <= 3
 
 
 # -- a published limit ---------------------------------------------------------------------
@@ -394,21 +409,24 @@ def test_a_rate_is_remembered_per_server_and_key_never_holding_the_key(tmp_path:
     assert json.loads(text)[one]["rate"] == 42.5
 
 
-def test_a_floor_replaces_a_limit_only_when_higher(tmp_path: Path) -> None:
+def test_a_guess_never_replaces_a_limit_and_a_lifted_limit_is_forgotten(tmp_path: Path) -> None:
     memory = RateMemory(tmp_path)
-    entry = RateMemory.entry("http://x/v1", "k")
+    entry, other = RateMemory.entry("http://x/v1", "k"), RateMemory.entry("http://x/v1", "other")
 
     def kept() -> tuple[float, bool] | None:
         found = memory.recall(entry)
         return None if found is None else (found.rate, found.measured)
 
+    memory.remember(entry, Learned(20.0, measured=False))
+    assert kept() == (20.0, False)
     memory.remember(entry, Learned(50.0, measured=True))
-    memory.remember(entry, Learned(30.0, measured=False))  # accepted 30: says nothing of 50
+    memory.remember(entry, Learned(80.0, measured=False))  # a guess says nothing of a limit
     assert kept() == (50.0, True)
-    memory.remember(entry, Learned(80.0, measured=False))  # accepted 80: 50 was raised, or lifted
-    assert kept() == (80.0, False)
     memory.remember(entry, Learned(30.0, measured=True))
     assert kept() == (30.0, True)
+    memory.remember(other, Learned(9.0, measured=True))
+    memory.remember(entry, None)  # lifted
+    assert kept() is None and memory.recall(other) is not None
 
 
 def test_an_old_or_unreadable_memory_is_none(tmp_path: Path) -> None:
