@@ -19,10 +19,12 @@ limit probing:
 
 * **free**: nothing known; requests go unpaced (only the concurrency limit bounds them).
 * **search**: after the first 429 the pace starts at a guess that cannot be above the limit
-  of a bucket of ``BURST_SECONDS`` (what was accepted lately over that span plus a second)
-  and doubles every ``SEARCH_DOUBLING`` seconds while it is what holds requests back. What
-  it leaves unspent stays in the bucket, so the next 429 comes once the pace passes the
-  limit and has spent it, and measures the limit.
+  of a bucket of ``BURST_SECONDS`` (what was accepted lately over that span plus a second),
+  holds it for a ``WINDOW`` (a 429 sooner could measure nothing), then doubles every
+  ``SEARCH_DOUBLING`` seconds while it is what holds requests back. What it leaves unspent
+  stays in the bucket, so the next 429 comes once the pace passes the limit and has spent
+  it, and measures the limit. (With too few answers to guess from, ``GUESS_ANSWERS``,
+  requests stay free while the retries back off, and the next 429 measures.)
 * **cruise**: at ``BACKOFF`` of the measured limit, after skipping ``DRAIN`` starts so the
   bucket holds a little against uneven arrivals. A 429 too soon to measure cuts by
   ``SHORT_CUT`` (never below ``DECREASE`` of the pace the measurement began at) and searches
@@ -72,14 +74,18 @@ __all__ = [
     "BURST_SECONDS",
     "DECREASE",
     "ENV_CACHE_DIR",
+    "EXCESS",
     "MIN_RATE",
     "PROBE_AFTER",
     "PROBE_MAX",
+    "PROBE_SOON",
     "PUBLISHED_SHARE",
     "RAISED",
     "RESERVE",
     "SEARCH_DOUBLING",
     "SHORT_CUT",
+    "STRIKES",
+    "TRUSTED",
     "WINDOW",
     "Learned",
     "RateLimiter",
