@@ -71,6 +71,7 @@ from connector.api.quota import Quota
 __all__ = [
     "BACKOFF",
     "BURST",
+    "BURST_LEAST",
     "BURST_SECONDS",
     "DECREASE",
     "ENV_CACHE_DIR",
@@ -120,9 +121,10 @@ PROBE_SOON = 2.0
 SAME = 0.05
 #: With a known limit, a process starts above it, spending what the bucket saved: by EXCESS
 #: requests a round trip (so about that many are on their way when the bucket runs dry, to be
-#: refused), at most BURST requests a second (before a round trip is timed). Fast enough that
-#: a limit since lifted shows within a fraction of a second.
+#: refused), at least BURST_LEAST and at most BURST requests a second (BURST before a round
+#: trip is timed). Fast enough that a limit since lifted shows within a fraction of a second.
 EXCESS = 0.5
+BURST_LEAST = 20.0
 BURST = 100.0
 #: Accepted past the known limit's allowance x this: the limit was raised, or lifted.
 RAISED = 1.1
@@ -409,7 +411,7 @@ class RateLimiter:
         low (search on from what was given), and a limit was raised or lifted (forget it: go
         free)."""
         if self._rtt:
-            self._rate = self._limit + max(MIN_RATE, min(BURST, EXCESS / self._rtt))
+            self._rate = self._limit + max(BURST_LEAST, min(BURST, EXCESS / self._rtt))
         elapsed = now - (self._began or now)
         if self.accepted <= RAISED * self._limit * (elapsed + BURST_SECONDS):
             return None
