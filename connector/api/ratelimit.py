@@ -5,10 +5,10 @@ between processes. It paces to the limit a server publishes, else to the limit i
 **A published limit** (`connector.api.quota`: the IETF ``RateLimit`` fields, their older
 drafts, ``X-RateLimit-*``) is paced to directly: starts at ``PUBLISHED_SHARE`` of its rate,
 the requests the answer says remain spent at once (less those already on their way and
-``RESERVE``), and none while the server says none remain, until its reset. A form that does not
-say its window (``X-RateLimit-*``) is taken per second until the remaining counts measure
-the refill. A server that refuses (429) ``STRIKES`` times what it publishes is paced by
-learning instead.
+``RESERVE``), and none while the server says none remain, until its reset. A limit whose
+window is not said (``X-RateLimit-*``) is taken as a second's: what the server says remains
+still rules, so a quota of an hour is spent, then waited for. A server that refuses (429)
+``STRIKES`` times what it publishes is paced by learning instead.
 
 **A learned limit.** A server's limit is, in effect, a token bucket: a 429 means the bucket is
 empty, so what it accepted between two 429s at least ``WINDOW`` apart is its refill rate,
@@ -217,11 +217,10 @@ class RateLimiter:
         #: The pace cuts too soon to measure may at most halve (DECREASE) before one does.
         self._cut_from = rate or 0.0
         self._recent: deque[float] = deque()  # accepted answers of the last GUESS_SPAN
-        #: Published: the server's rate, the last remaining count it was measured from
-        #: (time, remaining, answers accepted), and 429s despite it.
+        #: Published: the quota the server says (what its bucket holds at most; None: it says
+        #: nothing), and 429s despite it.
         self._published: float | None = None
         self._anchored = 0  # the booking whose answer the published remaining was last read from
-        self._refill_from: tuple[float, int, int] | None = None
         self._strikes = 0
         self._forget = False  # the limit known was lifted: the memory is to forget it
         self.throttled = 0  #: 429s seen, for reports and benchmarks
@@ -427,8 +426,9 @@ class RateLimiter:
 
     def _follow(self, quota: Quota, slot: Slot | None, now: float) -> Learned | None:
         """Pace to what the server publishes: its rate, and what it says remains."""
-        rate = quota.rate or self._refill(quota, now)
-        if rate is None or rate <= 0:
+        # a window not said (X-RateLimit-*) is taken as a second's: what remains still rules
+        rate = quota.rate or (float(quota.limit) if quota.limit else None)
+        if not rate:
             return None
         first = self._published is None
         self._published = max(1.0, float(quota.limit or rate))
@@ -449,23 +449,6 @@ class RateLimiter:
             self._told = rate
             return Learned(rate, measured=True)
         return None
-
-    def _refill(self, quota: Quota, now: float) -> float | None:
-        """For a form that does not say its window: the refill measured from the remaining
-        counts at least WINDOW apart (what came back plus what was spent), else the limit
-        per second until it is."""
-        if quota.remaining is None:
-            return None
-        if self._refill_from is None or (quota.limit is not None and quota.remaining >= quota.limit):
-            self._refill_from = (now, quota.remaining, self.accepted)
-            return self._limit or (float(quota.limit) if quota.limit else None)
-        at, remaining, accepted = self._refill_from
-        if now - at < WINDOW:
-            return self._limit or (float(quota.limit) if quota.limit else None)
-        refill = (quota.remaining - remaining + self.accepted - accepted) / (now - at)
-        if now - at > 4 * WINDOW:
-            self._refill_from = (now, quota.remaining, self.accepted)
-        return max(MIN_RATE, refill)
 
     def _remember(self, told: Learned | None) -> None:
         """Tell the memory what was learned, or (`_forget`) that what it knew is gone."""
