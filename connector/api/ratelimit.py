@@ -32,7 +32,9 @@ limit probing:
 * **probe**: after ``PROBE_AFTER`` seconds of cruising while the pace binds, the pace climbs
   past the limit (doubling every ``PROBE_DOUBLING`` seconds) until a 429 measures the limit
   again: a raised limit is found, a lowered one too. A probe that finds what was known
-  doubles the time to the next (up to ``PROBE_MAX``).
+  doubles the time to the next (up to ``PROBE_MAX``); a measurement that may be short (the
+  requests fell more than a bucket behind it, so the bucket overflowed) is probed after
+  ``PROBE_SOON``.
 * **start** (a later process): the limit remembered (`RateMemory`) starts the pace above it,
   by ``EXCESS`` requests a round trip, which spends what the bucket saved while no request
   was made; the first 429 means the bucket is empty: cruise. If more was accepted by then
@@ -119,6 +121,10 @@ TRUSTED = 3600.0
 PROBE_SOON = 2.0
 #: A probe's limit within this share of the one known is the same limit.
 SAME = 0.05
+#: A measurement during which the requests fell more than a full bucket behind the limit may
+#: be short (the bucket overflowed): by more than this share, it is probed after PROBE_SOON
+#: seconds of cruise.
+SHORT = 0.02
 #: With a known limit, a process starts above it, spending what the bucket saved: by EXCESS
 #: requests a round trip (so about that many are on their way when the bucket runs dry, to be
 #: refused), at least BURST_LEAST and at most BURST requests a second (BURST before a round
@@ -214,6 +220,7 @@ class RateLimiter:
         #: refill rate, once the next 429 comes at least WINDOW later.
         self._mark: float | None = None
         self._since = 0
+        self._log: list[tuple[float, int]] = []  # (when, `_since`) at each accepted answer
         #: The pace cuts too soon to measure may at most halve (DECREASE) before one does.
         self._cut_from = rate or 0.0
         self._recent: deque[float] = deque()  # accepted answers of the last GUESS_SPAN
@@ -279,6 +286,10 @@ class RateLimiter:
             now = self._clock()
             self.accepted += 1
             self._since += 1
+            if self._mark is not None:
+                self._log.append((now, self._since))
+                if len(self._log) > 4096:  # a long measurement: every other answer will do
+                    self._log = self._log[::2]
             self._recent.append(now)
             while self._recent and self._recent[0] < now - GUESS_SPAN:
                 self._recent.popleft()
@@ -323,9 +334,10 @@ class RateLimiter:
         """A 429 while learning: measure, or cut, by phase (see the module doc)."""
         mark, since = self._mark, self._since
         if mark is None or now - mark >= WINDOW:  # else measure on from the earlier 429
-            self._mark, self._since = now, 0
+            self._mark, self._since, log = now, 0, self._log
+            self._log = []
             if mark is not None:
-                return self._measured(max(MIN_RATE, since / (now - mark)), now)
+                return self._measured(max(MIN_RATE, since / (now - mark)), now, mark, log)
         if not judged:
             return None
         elapsed = now - (self._began or now)
@@ -349,10 +361,15 @@ class RateLimiter:
         self._cut_epoch(now, skip=DRAIN)  # the bucket is empty: let it save a little
         return told
 
-    def _measured(self, limit: float, now: float) -> Learned:
-        """A 429 measured the limit: cruise just under it, probing again later (sooner if the
-        limit moved)."""
-        if self._phase == _PROBE and abs(limit - self._limit) <= SAME * self._limit:
+    def _measured(self, limit: float, now: float, mark: float, log: list[tuple[float, int]]) -> Learned:
+        """A 429 measured the limit: cruise just under it, probing again later: sooner if the
+        limit moved, or if the requests fell so far behind it meanwhile (`log`: when each
+        was accepted, counted from `mark`) that the bucket may have overflowed, which makes a
+        measurement short."""
+        behind = max((limit * (at - mark) - count for at, count in log), default=0.0)
+        if behind - limit * BURST_SECONDS > SHORT * limit * (now - mark):
+            self._probe_every = PROBE_SOON
+        elif self._phase == _PROBE and abs(limit - self._limit) <= SAME * self._limit:
             self._probe_every = min(PROBE_MAX, 2 * self._probe_every)
         else:
             self._probe_every = PROBE_AFTER
