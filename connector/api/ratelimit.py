@@ -110,7 +110,7 @@ WINDOW = 1.0
 #: Seconds of requests a server's bucket is taken to hold beyond its rate.
 BURST_SECONDS = 1.0
 #: Seconds the guessed pace takes to double while searching for the limit; and while probing.
-SEARCH_DOUBLING = 1.0
+SEARCH_DOUBLING = 0.5
 PROBE_DOUBLING = 1.0
 #: Seconds of cruising (while the pace binds) before the limit is probed, at first; each probe
 #: that finds the same limit doubles it, up to PROBE_MAX.

@@ -159,7 +159,7 @@ def test_a_limit_since_lifted_is_forgotten_by_the_next_process(server: CountingS
     seed(server)
     cache = tmp_path / "cache"
     entry = RateMemory.entry(server.base_url, server.api_key)
-    RateMemory(cache).remember(entry, Learned(LIMIT, measured=True))  # as an earlier process measured
+    RateMemory(cache).remember(entry, Learned(5, measured=True))  # as an earlier process measured
     server.options = {}  # the same URL and key, no limit any more
     server.restart()
     counts, _, _ = connector(server, cache, "export", "--out", str(tmp_path / "out"), "--page-size", PAGE,

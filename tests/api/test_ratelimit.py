@@ -515,15 +515,19 @@ def counting(tmp_path: Path) -> Iterator[Callable[..., CountingServer]]:
         server.stop()
 
 
-def read_all(server: CountingServer, limiter: RateLimiter) -> dict[str, int]:
-    """Every row of a table of `ROWS`, in pages of 20; the answers the server gave, by status."""
+def read_all(server: CountingServer, limiter: RateLimiter, *, spent: bool = False, rows: int = ROWS) -> dict[str, int]:
+    """Every row of a table of `rows`, in pages of 20 (`spent`: right after another client
+    of the key emptied its bucket); the answers the server gave, by status."""
     table_id = server.create_table({"name": "T", "columns": [{"name": "N", "type": "number"}]})
-    server.insert_rows(table_id, [{"N": i} for i in range(ROWS)])
+    server.insert_rows(table_id, [{"N": i} for i in range(rows)])
+    with server.client() as http:
+        while spent and http.get("/tables").status_code != 429:
+            pass
     server.take_counts()
     with Client(server.base_url, server.api_key, limiter=limiter) as client:
         table = client.get_table(table_id)
-        rows = sum(b.num_rows for b in Extraction(client, table, page_size=20, concurrency=4))
-    assert rows == ROWS
+        read = sum(b.num_rows for b in Extraction(client, table, page_size=20, concurrency=4))
+    assert read == rows
     return server.take_counts()
 
 
@@ -540,14 +544,11 @@ def test_a_server_publishing_its_limit_is_read_at_it_without_a_429(
 
 def test_a_server_publishing_nothing_is_learned_from_few_429s(counting: Callable[..., CountingServer]) -> None:
     limiter = RateLimiter()
-    server = counting(rate_headers="none")
-    with server.client() as http:  # another client spends the bucket: the limit is met at once
-        while http.get("/tables").status_code != 429:
-            pass
-    counts = read_all(server, limiter)
+    # the limit met at once; 2,400 rows (127 pages, 6 s at the limit) to measure it in
+    counts = read_all(counting(rate_headers="none"), limiter, spent=True, rows=2_400)
     refused = counts.get("429", 0)
-    # met at once with nothing to guess from: the 4 requests on their way, again when their
-    # retries measure the limit a second later, and that 429 itself: a tenth of the read
+    # met at once, perhaps with nothing to guess from: the 4 requests on their way, again
+    # when their retries measure the limit a second later, and that 429 itself
     assert 1 <= refused <= 2 * 4 + 1
-    assert sum(counts.values()) == REQUESTS + refused  # each refused request sent again, once
+    assert sum(counts.values()) == 1 + 127 + refused  # each refused request sent again, once
     assert limiter.learned == pytest.approx(LIMIT, rel=0.1)
