@@ -5,7 +5,8 @@
   bench's pages, so our own wait4 would overstate it).
 * `CountingServer` is `connector serve` (same flags, same app, same uvicorn settings) with
   an ASGI wrapper that counts answers by status, read at ``GET /_bench/counts`` (outside
-  ``/v1``): how many requests a contender sent and how many were answered 429.
+  ``/v1``): how many requests a contender sent and how many were answered 429; and when it
+  answered first and last (``GET /_bench/span``).
 * `contest` warms each contender up once, then alternates them for some rounds (the
   order reversed every other round, so a busy moment on the shared machine hits both).
 * `Figures` turns the runs into best and median.
@@ -64,7 +65,7 @@ def user_env(server: RunningServer, **extra: str) -> dict[str, str]:
 # `connector serve` with every answer counted. Launched like tests.fixtures.server does
 # (without the package __init__), with create_app wrapped before `serve` calls it.
 _LAUNCH = """
-import sys, types, json, collections
+import sys, types, json, collections, time
 pkg = types.ModuleType('connector'); pkg.__path__ = [sys.argv.pop(1)]; sys.modules['connector'] = pkg
 import connector.server.app as app_module
 from connector.server.cli import serve
@@ -72,12 +73,13 @@ make = app_module.create_app
 
 class Counting:
     def __init__(self, app):
-        self.app, self.counts = app, collections.Counter()
+        self.app, self.counts, self.span = app, collections.Counter(), []
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["path"] == "/_bench/counts":
-            body = json.dumps(self.counts).encode()
+        if scope["type"] == "http" and scope["path"] in ("/_bench/counts", "/_bench/span"):
+            body = json.dumps(self.counts if scope["path"].endswith("counts") else self.span).encode()
             if scope["method"] == "DELETE":
                 self.counts.clear()
+                self.span = []
             await send({"type": "http.response.start", "status": 200,
                         "headers": [(b"content-type", b"application/json")]})
             await send({"type": "http.response.body", "body": body})
@@ -85,6 +87,7 @@ class Counting:
         async def counted(message):
             if message["type"] == "http.response.start":
                 self.counts[str(message["status"])] += 1
+                self.span[1:] = [time.monotonic()]
             await send(message)
         await self.app(scope, receive, counted)
 
@@ -107,6 +110,12 @@ class CountingServer(RunningServer):
         """Answers by status since the last call (which resets them)."""
         counts: dict[str, int] = httpx.delete(self.base_url.removesuffix("/v1") + "/_bench/counts").json()
         return counts
+
+    def span(self) -> tuple[float, float] | None:
+        """When (`time.monotonic`: one clock for every process of the machine) the server
+        first and last answered since `take_counts` was called (None: it did not)."""
+        span: list[float] = httpx.get(self.base_url.removesuffix("/v1") + "/_bench/span").json()
+        return (span[0], span[-1]) if span else None
 
 
 def start(directory: Path, **options: Any) -> CountingServer:

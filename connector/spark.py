@@ -36,14 +36,18 @@ during the read appears if its partition read it first. Partitions run when exec
 up, so the frame is no snapshot of one moment: each range is as it was when read. A retried
 Spark task reads its whole range again.
 
-**One request budget per key** (`max_rps`). Executors are separate processes, often on
-separate machines, with no memory in common, so the budget is split, not shared at run time:
-each of the P partitions paces its requests to ``max_rps / P`` (`_Budget`, on top of the
-adaptive pacer that learns from 429s); planning takes the whole budget before any partition
-runs. However many tasks run at once, the sum stays under ``max_rps``. The price: a
+**One request budget per key.** The budget is the key's limit as the driver knows it once it
+has planned: what the server publishes in its answers (`connector.api.quota`), else what the
+key's pacer learned or remembers (`RateLimiter.sustained`), and never more than ``max_rps``.
+Executors are separate processes, often on separate machines, with no memory in common, so the
+budget is split, not shared at run time: each of the P partitions paces its requests to
+budget / P (`_Budget`, on top of the adaptive pacer); planning takes the whole budget before
+any partition runs. However many tasks run at once, the sum stays under the budget (each
+partition would otherwise spend the whole of what the server says remains). The price: a
 partition that has finished leaves its share unused, so set ``partitions`` to the task slots
-(executor cores) for the budget to be used in full. Other clients of the key are not counted;
-a 429 is retried after its Retry-After by the client's retry policy either way.
+(executor cores) for the budget to be used in full. With no budget (nothing known, no
+``max_rps``) each executor learns the limit from 429s. Other clients of the key are not
+counted; a 429 is retried after its Retry-After by the client's retry policy either way.
 """
 
 from __future__ import annotations
@@ -198,7 +202,7 @@ class _Budget(RateLimiter):
             now = time.monotonic()
             start = max(now + adaptive.wait, self._next)
             self._next = start + self._interval
-            return Slot(start - now, adaptive.epoch)
+            return adaptive._replace(wait=start - now)
 
 
 class _Range(ds.InputPartition):
@@ -213,6 +217,8 @@ class _Range(ds.InputPartition):
         self.parts, self.key, self.after, self.upto, self.upto_value = (
             parts, key, after, upto, upto_value
         )
+        #: Requests a second for all the partitions together (None: no budget).
+        self.budget: float | None = None
 
     @property
     def filter(self) -> dict[str, dict[str, str]]:
@@ -279,12 +285,17 @@ class _Reader(ds.DataSourceReader):
     def partitions(self) -> list[_Range]:
         settings = self._settings
         with settings.client(settings.max_rps) as client:
-            return _plan(client, self._table, settings.partitions)
+            ranges = _plan(client, self._table, settings.partitions)
+            known = client.limiter.sustained
+        budgets = [b for b in (settings.max_rps, known) if b is not None]
+        for part in ranges:
+            part.budget = min(budgets, default=None)
+        return ranges
 
     def read(self, partition: ds.InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Range)
         settings = self._settings
-        share = None if settings.max_rps is None else settings.max_rps / partition.parts
+        share = None if partition.budget is None else partition.budget / partition.parts
         key = None if partition.key is None else self._table.system_names()[partition.key]
         with settings.client(share) as client:
             extraction = Extraction(

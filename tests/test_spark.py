@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.datasource import CaseInsensitiveDict
 
+from connector.api.ratelimit import PUBLISHED_SHARE
 from connector.errors import ConfigError
 from connector.spark import TableDataSource
 from tests.fixtures.server import RunningServer
@@ -100,7 +101,8 @@ class Env:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     main = RunningServer(tmp_path_factory.mktemp("spark-main"), {"fault_control": True}).start()
-    limited = RunningServer(tmp_path_factory.mktemp("spark-limited"), {"rate_limit": 5}).start()
+    limited = RunningServer(tmp_path_factory.mktemp("spark-limited"), {"rate_limit": 5, "rate_headers": "none", "fault_control": True}
+    ).start()
     tables = {}
     try:
         tables["Every Type"] = main.create_table(EVERY_TYPE)
@@ -237,9 +239,9 @@ class Recorder:
                 with lock:
                     recorded.append(Request(started, time.monotonic(), parts.path, params, answer.status_code))
                 self.send_response(answer.status_code)
-                for name in ("content-type", "retry-after"):
-                    if name in answer.headers:
-                        self.send_header(name, answer.headers[name])
+                for name, value in answer.headers.items():
+                    if name in ("content-type", "retry-after") or "ratelimit" in name:
+                        self.send_header(name, value)
                 self.send_header("content-length", str(len(answer.content)))
                 self.end_headers()
                 self.wfile.write(answer.content)
@@ -411,6 +413,26 @@ def test_max_rps_paces_every_partition_to_its_share(env: Env, recorder: Any) -> 
     starts = sorted(r.started for requests in reads.values() for r in requests)
     for i, start in enumerate(starts):  # in any second, each partition starts `share` (+1)
         assert sum(start <= s < start + 1.0 for s in starts[i:]) <= max_rps + partitions
+
+
+def test_a_published_limit_is_split_between_the_partitions(env: Env, recorder: Any) -> None:
+    env.limited.set_faults(rate_headers="ietf")  # 5 requests a second, said in every answer
+    try:
+        time.sleep(1.2)  # what earlier tests spent of the key's bucket is back
+        proxy = recorder(env.limited)
+        partitions = 2
+        frame = _read(env, "Limited", base_url=proxy.base_url, api_key_env=LIMITED_KEY,
+                      partitions=partitions, page_size=25)
+        assert frame.count() == 150
+    finally:
+        env.limited.set_faults(rate_headers="none")
+    assert [r.status for r in proxy.requests if r.status == 429] == []  # the partitions kept to it
+    reads = proxy.reads()
+    assert len(reads) == partitions
+    share = PUBLISHED_SHARE * 5 / partitions  # no max_rps: the budget is what the server says
+    for requests in reads.values():
+        starts = sorted(r.started for r in requests)
+        assert starts[-1] - starts[0] >= 0.9 * (len(starts) - 1) / share, starts
 
 
 # --- bad options --------------------------------------------------------------------------

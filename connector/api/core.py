@@ -35,7 +35,8 @@ from connector.api.concurrency import ConcurrencyLimit
 from connector.api.counts import RequestCounts
 from connector.api.limits import DEFAULT_PAGE_SIZE
 from connector.api.models import Row, RowPage, TableSummary
-from connector.api.ratelimit import RateLimiter
+from connector.api.quota import published
+from connector.api.ratelimit import RateLimiter, Slot
 from connector.api.retry import RetryEvent, RetryObserver, RetryPolicy
 from connector.api.settings import Settings, resolve_max_concurrency
 from connector.errors import ApiError, ConfigError
@@ -179,7 +180,7 @@ class AsyncClient(Settings):
         latency: float | None = None
         ok = False
         try:
-            epoch = await self._paced()
+            slot = await self._paced()
             request = self._request(self._http, call)
             started = time.monotonic()
             try:
@@ -195,18 +196,18 @@ class AsyncClient(Settings):
             ok = response.status_code < 500
         finally:
             self.concurrency.release(latency, ok=ok)
-        return self._finish(call, response, replay, epoch)
+        return self._finish(call, response, replay, slot)
 
-    async def _paced(self) -> int:
-        """Waits for the request's start slot; returns the epoch it was booked in. A slot
-        booked at a pace cut while it waited is booked again, at the new pace."""
+    async def _paced(self) -> Slot:
+        """Waits for the request's start slot and returns it. A slot booked at a pace cut
+        while it waited is booked again, at the new pace."""
         while True:
-            wait, epoch = self.limiter.reserve()
-            if wait <= 0:
-                return epoch
-            await asyncio.sleep(wait)
-            if self.limiter.epoch == epoch:
-                return epoch
+            slot = self.limiter.reserve()
+            if slot.wait <= 0:
+                return slot
+            await asyncio.sleep(slot.wait)
+            if self.limiter.epoch == slot.epoch:
+                return slot
 
     async def _exchange(self, request: httpx.Request) -> httpx.Response:
         """Sends `request` and reads the answer fully.
@@ -260,12 +261,14 @@ class AsyncClient(Settings):
             extensions={"timeout": http.timeout.as_dict()},
         )
 
-    def _finish(self, call: Call[T], response: httpx.Response, replay: bool, epoch: int) -> T:
-        """Feeds the limiter, then reads the body or raises the error the status means."""
+    def _finish(self, call: Call[T], response: httpx.Response, replay: bool, slot: Slot) -> T:
+        """Feeds the limiter (with the limit the answer publishes, if any), then reads the
+        body or raises the error the status means."""
+        quota = published(response.headers)
         if response.status_code == 429:
-            self.limiter.on_throttled(epoch)
+            self.limiter.on_throttled(slot, quota)
         else:
-            self.limiter.on_accepted()
+            self.limiter.on_accepted(slot, quota)
         if response.is_success or (response.status_code == 404 and call.gone_is_done and replay):
             try:
                 return call.read(response)

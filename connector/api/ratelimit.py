@@ -1,32 +1,51 @@
-"""One request pacer per API key, learned from 429s, shared by every request that uses the key
-and remembered between processes.
+"""One request pacer per API key, shared by every request that uses the key and remembered
+between processes. It paces to the limit a server publishes, else to the limit it learns from
+429s, and it keeps measuring: what it knows is where it starts, never a ceiling.
 
-The API does not publish its rate limits, so we learn them. A server's limit is, in effect, a
-token bucket: a 429 means the bucket is empty, so what the server accepted between two 429s
-is its refill rate. The pacer aims just under that rate (``BACKOFF`` of it): a 429 is
-expensive (its Retry-After stalls that request a second or more), so it sits below the limit
-rather than oscillating around it.
+**A published limit** (`connector.api.quota`: the IETF ``RateLimit`` fields, their older
+drafts, ``X-RateLimit-*``) is paced to directly: starts at ``PUBLISHED_SHARE`` of its rate,
+the requests the answer says remain spent at once (less those already on their way and
+``RESERVE``), and none while the server says none remain, until its reset. A limit whose
+window is not said (``X-RateLimit-*``) is taken as a second's: what the server says remains
+still rules, so a quota of an hour is spent, then waited for. A server that refuses (429)
+``STRIKES`` times what it publishes is paced by learning instead.
 
-* **Unknown limit**: requests start unpaced (only the concurrency limit bounds them). The
-  first 429 paces them at ``BACKOFF`` of the rate accepted over the last second: a guess,
-  which counts the bucket's burst allowance too (with almost no answers to guess from, the
-  retries back off while a ``WINDOW`` is measured instead). The pace then climbs quickly
-  (``GUESS_INCREASE``) until the next 429 measures the limit.
-* **A 429 to a request booked at the current pace** cuts it again: to ``BACKOFF`` of the
-  rate accepted since the bucket was last empty, when that spans a ``WINDOW`` (the refill
-  rate, exactly), else by ``SHORT_CUT`` (at most halving the pace before a measurement).
-  Requests booked before a cut were paced too fast: those still waiting book again, and
-  their 429s are not judged twice (`Slot.epoch`).
-* **Without 429s** the pace creeps up by ``INCREASE`` of the measured rate a second while it
-  is what holds requests back, so a raised limit is found, slowly: each probe costs a 429.
-* **A known limit** (learned by an earlier process: `RateMemory`) starts the pace at
-  ``BURST`` x it, which spends the burst allowance that built up while no request was made;
-  the first 429 then means the bucket is empty, and the pace drops to ``BACKOFF`` of the
-  known rate, trusted. A starting pace that binds ``RAISED_AFTER`` seconds without a 429
-  doubles (the limit was raised, or lifted), and what was known is no longer trusted.
+**A learned limit.** A server's limit is, in effect, a token bucket: a 429 means the bucket is
+empty, so what it accepted between two 429s at least ``WINDOW`` apart is its refill rate,
+exactly (whatever the pace in between, as long as the bucket did not overflow: it holds
+about a second's requests, ``BURST_SECONDS``). So the pacer goes through phases, as TCP BBR
+does (startup, cruise, periodic probes of the bandwidth) and as Netflix's Gradient2 keeps its
+limit probing:
 
-So a key's limit costs a few 429s the first time a process meets it (the requests in flight
-when the bucket runs dry), and about one a run after (where the burst allowance runs out).
+* **free**: nothing known; requests go unpaced (only the concurrency limit bounds them).
+* **search**: after the first 429 the pace starts at a guess that cannot be above the limit
+  of a bucket of ``BURST_SECONDS`` (what was accepted lately over that span plus a second),
+  holds it for a ``WINDOW`` (a 429 sooner could measure nothing), then doubles every
+  ``SEARCH_DOUBLING`` seconds while it is what holds requests back. What it leaves unspent
+  stays in the bucket, so the next 429 comes once the pace passes the limit and has spent
+  it, and measures the limit. (With too few answers to guess from, ``GUESS_ANSWERS``,
+  requests stay free while the retries back off, and the next 429 measures.)
+* **cruise**: at ``BACKOFF`` of the measured limit, after skipping ``DRAIN`` starts so the
+  bucket holds a little against uneven arrivals. A 429 too soon to measure cuts by
+  ``SHORT_CUT`` (never below ``DECREASE`` of the pace the measurement began at) and searches
+  again; a 429 that measures sets the limit.
+* **probe**: after ``PROBE_AFTER`` seconds of cruising while the pace binds, the pace climbs
+  past the limit (doubling every ``PROBE_DOUBLING`` seconds) until a 429 measures the limit
+  again: a raised limit is found, a lowered one too. A probe that finds what was known
+  doubles the time to the next (up to ``PROBE_MAX``); a measurement that may be short (the
+  requests fell more than a bucket behind it, so the bucket overflowed) is probed after
+  ``PROBE_SOON``.
+* **start** (a later process): the limit remembered (`RateMemory`) starts the pace above it,
+  by ``EXCESS`` requests a round trip, which spends what the bucket saved while no request
+  was made; the first 429 means the bucket is empty: cruise. If more was accepted by then
+  than the limit allows (its rate over the time plus a full bucket, x ``RAISED``), the limit
+  was raised, or lifted: it is forgotten and requests go free. A remembered first guess is
+  a start too, probed after ``PROBE_SOON`` seconds of cruise (a start given more than it
+  allows searches on from there), and so is a limit older than ``TRUSTED`` seconds.
+
+Measured and published limits are remembered as limits; a first guess as a guess, which never
+replaces a limit. Requests booked before a cut were paced too fast: those still waiting book
+again, and their 429s are not judged twice (`Slot.epoch`).
 
 The pacer is thread-safe and loop-agnostic: `reserve()` books a start slot under a lock and
 says how long to wait; the async client awaits it. `limiter_for` keeps one per key and
@@ -49,16 +68,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from connector.api.quota import Quota
+
 __all__ = [
     "BACKOFF",
     "BURST",
+    "BURST_LEAST",
+    "BURST_SECONDS",
     "DECREASE",
     "ENV_CACHE_DIR",
-    "GUESS_INCREASE",
-    "INCREASE",
+    "EXCESS",
     "MIN_RATE",
-    "RAISED_AFTER",
+    "PROBE_AFTER",
+    "PROBE_MAX",
+    "PROBE_SOON",
+    "PUBLISHED_SHARE",
+    "RAISED",
+    "RESERVE",
+    "SEARCH_DOUBLING",
     "SHORT_CUT",
+    "STRIKES",
+    "TRUSTED",
     "WINDOW",
     "Learned",
     "RateLimiter",
@@ -67,56 +97,90 @@ __all__ = [
     "limiter_for",
 ]
 
-#: After a 429, the pace is this share of the rate the server was accepting.
+#: Cruising pace: this share of the measured limit (the bucket keeps the rest against jitter).
 BACKOFF = 0.97
-#: A cut never takes the pace below this share of the pace it was at.
-DECREASE = 0.5
-#: A 429 met at the new pace sooner than a WINDOW after the last measurement: pace x this.
+#: Starts skipped after a 429 that measured: the bucket saves them against uneven arrivals.
+DRAIN = 2
+#: A 429 too soon to measure: pace x this...
 SHORT_CUT = 0.9
-#: Share of the learned rate added back per second without a 429.
-INCREASE = 0.003
-#: Share of the guessed rate added per second while paced on a guess (not yet measured).
-GUESS_INCREASE = 0.1
-#: Answers in the last WINDOW needed for a first guess; with fewer, a WINDOW is measured.
-GUESS_ANSWERS = 5
-#: With a known limit, a process starts at this many times it (spending the burst allowance).
-BURST = 1.5
-#: Seconds a known limit's starting pace may bind without a 429 before it doubles (the limit
-#: was raised, or lifted); spending a burst allowance of a second's requests takes 1 / (BURST
-#: - 1) of them.
-RAISED_AFTER = 4.0
+#: ...but never below this share of the pace the measurement began at.
+DECREASE = 0.5
+#: Seconds: the shortest span between two 429s that measures a limit.
+WINDOW = 1.0
+#: Seconds of requests a server's bucket is taken to hold beyond its rate.
+BURST_SECONDS = 1.0
+#: Seconds the guessed pace takes to double while searching for the limit; and while probing.
+SEARCH_DOUBLING = 0.5
+PROBE_DOUBLING = 1.0
+#: Seconds of cruising (while the pace binds) before the limit is probed, at first; each probe
+#: that finds the same limit doubles it, up to PROBE_MAX.
+PROBE_AFTER = 10.0
+PROBE_MAX = 120.0
+#: A remembered limit older than TRUSTED seconds is probed after PROBE_SOON seconds of cruise.
+TRUSTED = 3600.0
+PROBE_SOON = 2.0
+#: A probe's limit within this share of the one known is the same limit.
+SAME = 0.05
+#: A measurement during which the requests fell more than a full bucket behind the limit may
+#: be short (the bucket overflowed): by more than this share, it is probed after PROBE_SOON
+#: seconds of cruise.
+SHORT = 0.02
+#: With a known limit, a process starts above it, spending what the bucket saved: by EXCESS
+#: requests a round trip (so about that many are on their way when the bucket runs dry, to be
+#: refused), at least BURST_LEAST and at most BURST requests a second (BURST before a round
+#: trip is timed). Fast enough that a limit since lifted shows within a fraction of a second.
+EXCESS = 0.5
+BURST_LEAST = 20.0
+BURST = 100.0
+#: Accepted past the known limit's allowance x this: the limit was raised, or lifted.
+RAISED = 1.1
+#: Pace of a published limit: this share of its rate.
+PUBLISHED_SHARE = 0.99
+#: Requests of a published remaining left unspent (against requests the server sees first).
+RESERVE = 2
+#: 429s to requests booked at a published limit before it is no longer believed.
+STRIKES = 3
 #: The pace never drops below this many requests per second.
 MIN_RATE = 1.0
-#: Seconds: the shortest span a rate is measured over; the history kept for a first guess.
-WINDOW = 1.0
+#: Seconds of answers a first guess is made from, and how many it needs (with fewer, the
+#: retries back off while a WINDOW is measured instead).
+GUESS_SPAN = 2.0
+GUESS_ANSWERS = 5
 #: Where limits learned are remembered between processes (empty: nowhere).
 ENV_CACHE_DIR = "CONNECTOR_CACHE_DIR"
 #: A remembered limit older than this many seconds is forgotten.
 MEMORY_SECONDS = 7 * 24 * 3600.0
 
+_FREE, _START, _SEARCH, _CRUISE, _PROBE = "free", "start", "search", "cruise", "probe"
+
 
 class Slot(NamedTuple):
-    """A request's start, booked: `wait` seconds from now, at the pace of `epoch`."""
+    """A request's start, booked: `wait` seconds from now, at the pace of `epoch`; `seq`
+    numbers the bookings (what a published count of remaining requests has not seen)."""
 
     wait: float
     epoch: int
+    seq: int = 0
 
 
 @dataclass(frozen=True)
 class Learned:
-    """A server's rate for one key (requests a second): `measured` between two 429s, or a
-    first guess (which counts the burst allowance too)."""
+    """A server's rate for one key (requests a second): `measured` between two 429s or
+    published by the server (a limit), else a first guess (no more than a bucket of a second
+    could give: a start, to be probed). `age`: seconds since it was learned."""
 
     rate: float
     measured: bool
+    age: float = 0.0
 
 
 class RateLimiter:
-    """Paces request starts for one key; learns the rate from 429s (see the module doc).
+    """Paces request starts for one key (see the module doc).
 
-    `rate`: a starting pace (requests a second), else unpaced until the first 429.
+    `rate`: a starting pace (requests a second), else unpaced until something is known.
     `known`: the server's rate as learned before (`RateMemory`); `learned` is called with
-    each rate learned (guessed or measured), to remember it.
+    each limit measured or published and each first guess, to remember it, and with None
+    when a limit known was lifted, to forget it.
     """
 
     def __init__(
@@ -124,31 +188,48 @@ class RateLimiter:
         rate: float | None = None,
         *,
         known: Learned | None = None,
-        learned: Callable[[Learned], None] | None = None,
+        learned: Callable[[Learned | None], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._clock = clock
         self._lock = threading.Lock()
         self._tell = learned
-        #: Requests per second; None: unpaced.
-        self._rate = rate if rate is not None else BURST * known.rate if known else None
-        #: The server's refill rate, as measured, guessed or known from before; 0: not yet.
-        self._learned = known.rate if known else 0.0
-        #: Whether `_learned` was measured: then the pace creeps up, else it climbs.
-        self._sure = known.measured if known else False
+        self._told = 0.0  # the last limit told (not told again unless it moves)
+        #: The server's refill rate as measured, published or remembered; 0: not known.
+        self._limit = known.rate if known is not None else 0.0
+        #: Whether `_limit` is a guess (remembered from a first 429): probed soon, and a start
+        #: given more than it allows searches on from what it was given.
+        self._guessed = known is not None and not known.measured
+        self._rate: float | None = rate
+        self._phase = _CRUISE if rate is not None else _FREE
+        if rate is None and self._limit:
+            self._phase, self._rate = _START, self._limit + BURST
+        self._probe_every = PROBE_AFTER
+        if known is not None and (self._guessed or known.age > TRUSTED):
+            self._probe_every = PROBE_SOON
         self._next_start = 0.0
-        #: How many times the pace was cut.
-        self._epoch = 0
-        #: Start of the current measurement (at a 429: the bucket was empty), and the
-        #: requests accepted since.
-        self._measure_from: float | None = None
-        self._measured = 0
-        self._measured_pace = 0.0  # the pace it began at
-        #: With a known limit and no 429 yet: since when the pace binds, and when it was
-        #: last doubled (then the limit is more than was known).
-        self._binding_since: float | None = None
-        self._grown_at: float | None = None
-        self._recent: deque[float] = deque()  # accepted answers of the last WINDOW
+        self._epoch = 0  #: how many times the pace was cut
+        self._seq = 0  #: bookings made
+        self._open: dict[int, float] = {}  #: bookings not answered yet: when each starts
+        self._rtt: float | None = None  # seconds from a start to its answer, on average
+        self._began: float | None = None  # the first booking
+        self._bound_at = -math.inf  # the last booking that had to wait: the pace binds
+        self._grown_at = 0.0  # when a rising pace last grew
+        self._cruise_binding = 0.0  # seconds the cruising pace has bound since the last probe
+        #: The last 429 (the bucket was empty then) and the requests accepted since: the
+        #: refill rate, once the next 429 comes at least WINDOW later.
+        self._mark: float | None = None
+        self._since = 0
+        self._log: list[tuple[float, int]] = []  # (when, `_since`) at each accepted answer
+        #: The pace cuts too soon to measure may at most halve (DECREASE) before one does.
+        self._cut_from = rate or 0.0
+        self._recent: deque[float] = deque()  # accepted answers of the last GUESS_SPAN
+        #: Published: the quota the server says (what its bucket holds at most; None: it says
+        #: nothing), and 429s despite it.
+        self._published: float | None = None
+        self._anchored = 0  # the booking whose answer the published remaining was last read from
+        self._strikes = 0
+        self._forget = False  # the limit known was lifted: the memory is to forget it
         self.throttled = 0  #: 429s seen, for reports and benchmarks
         self.accepted = 0  #: other answers seen
 
@@ -159,41 +240,17 @@ class RateLimiter:
 
     @property
     def learned(self) -> float | None:
-        """The server's rate as learned: measured, guessed, or known from an earlier process."""
-        return self._learned or None
+        """The server's limit as known: measured, published, or remembered (None: unknown)."""
+        return self._limit or None
 
-    def reserve(self) -> Slot:
-        """Book the next start slot: the seconds to wait before sending, and the epoch."""
-        with self._lock:
-            now = self._clock()
-            if self._rate is None:
-                return Slot(0.0, self._epoch)
-            start = max(now, self._next_start)
-            self._next_start = start + 1.0 / self._rate
-            return Slot(start - now, self._epoch)
-
-    def on_accepted(self) -> None:
-        """The server answered with something other than 429: grow the pace a little."""
-        with self._lock:
-            now = self._clock()
-            self.accepted += 1
-            self._measured += 1
-            self._recent.append(now)
-            self._trim(now)
-            # Grow only while the pace is what holds requests back (not latency).
-            if self._rate is None or self._rate >= 1.2 * len(self._recent) / WINDOW:
-                self._binding_since = None
-                return
-            if not self._epoch:  # a known limit, no 429 yet: was it raised?
-                if self._binding_since is None:
-                    self._binding_since = now
-                elif now - self._binding_since >= RAISED_AFTER:
-                    self._binding_since = self._grown_at = now
-                    self._rate *= 2.0
-            elif self._sure:
-                self._rate += INCREASE * self._learned / self._rate
-            else:  # paced on a guess: find the limit, which the next 429 measures
-                self._rate += GUESS_INCREASE * self._learned / self._rate
+    @property
+    def sustained(self) -> float | None:
+        """Requests a second the key may keep up, as known now: `PUBLISHED_SHARE` of a
+        published limit, `BACKOFF` of a learned or remembered one (None: unknown). What a
+        budget split between processes starts from (`connector.spark`)."""
+        if not self._limit:
+            return None
+        return (PUBLISHED_SHARE if self._published else BACKOFF) * self._limit
 
     @property
     def epoch(self) -> int:
@@ -201,51 +258,224 @@ class RateLimiter:
         waiting was booked too fast (book it again), and its 429 is not judged again."""
         return self._epoch
 
-    def on_throttled(self, epoch: int | None = None) -> None:
-        """The server answered 429 to a request booked in `epoch` (None: the current one):
-        cut the pace, unless the request was booked before the last cut."""
+    def reserve(self) -> Slot:
+        """Book the next start slot: the seconds to wait before sending, and the epoch."""
+        with self._lock:
+            now = self._clock()
+            self._seq += 1
+            if len(self._open) >= 1024:  # bookings given up (a cut re-booked them) or never answered
+                del self._open[next(iter(self._open))]
+            if self._began is None:
+                self._began = self._grown_at = now
+            start = now
+            if self._rate is not None:
+                # a published limit lends what the server said remains; a learned one nothing
+                credit = max(1.0, self._published - RESERVE) if self._published else 1.0
+                start = max(now - (credit - 1.0) / self._rate, self._next_start)
+                self._next_start = start + 1.0 / self._rate
+                if start > now:
+                    self._bound_at = now
+            self._open[self._seq] = start
+            return Slot(max(0.0, start - now), self._epoch, self._seq)
+
+    def on_accepted(self, slot: Slot | None = None, quota: Quota | None = None) -> None:
+        """The server answered `slot`'s request with something other than 429 (`quota`:
+        what the answer says of the limit)."""
+        told: Learned | None = None
+        with self._lock:
+            now = self._clock()
+            self.accepted += 1
+            self._since += 1
+            if self._mark is not None:
+                self._log.append((now, self._since))
+                if len(self._log) > 4096:  # a long measurement: every other answer will do
+                    self._log = self._log[::2]
+            self._recent.append(now)
+            while self._recent and self._recent[0] < now - GUESS_SPAN:
+                self._recent.popleft()
+            self._answered(slot, now)
+            if quota is not None and self._strikes < STRIKES:
+                told = self._follow(quota, slot, now)
+            if self._published is None:
+                told = self._grow(now) or told
+        self._remember(told)
+
+    def on_throttled(self, slot: Slot | None = None, quota: Quota | None = None) -> None:
+        """The server answered 429 to `slot`'s request (None: one booked at the current pace):
+        measure the limit if this 429 can, else cut the pace, unless the request was booked
+        before the last cut."""
         told: Learned | None = None
         with self._lock:
             now = self._clock()
             self.throttled += 1
-            self._trim(now)
-            if epoch is not None and epoch < self._epoch:
-                return  # booked at the old pace: already cut for
-            starts = self._measure_from is None
-            if self._measure_from is None:  # the bucket is empty now: measure from here
-                self._measure_from, self._measured = now, 0
-            span = now - self._measure_from
-            if span >= WINDOW:  # from one empty bucket to the next: the refill rate
-                self._learned = max(MIN_RATE, self._measured / span)
-                self._sure = True
-                floor = DECREASE * self._rate if self._rate is not None else 0.0
-                self._rate = max(MIN_RATE, BACKOFF * self._learned, floor)
-                self._measure_from, self._measured = now, 0
-                starts = True
-                told = Learned(self._learned, measured=True)
-            elif not self._epoch and self._learned and self._grown_at is None:
-                self._rate = max(MIN_RATE, BACKOFF * self._learned)  # as known: no need to measure
-            elif not self._learned or not self._epoch:
-                # Nothing known, or more than was: a first guess, measured at the next 429.
-                if len(self._recent) < GUESS_ANSWERS:
-                    return  # nothing to guess from: the retries back off while a WINDOW passes
-                self._learned = len(self._recent) / WINDOW
-                self._sure = False
-                self._rate = max(MIN_RATE, BACKOFF * self._learned)
-                told = Learned(self._learned, measured=False)
-            else:  # still too fast, too soon to measure (at most halving the pace a WINDOW)
-                pace = self._rate or self._learned
-                self._rate = max(MIN_RATE, SHORT_CUT * pace, DECREASE * self._measured_pace)
-            if starts:
-                self._measured_pace = self._rate
-            self._epoch += 1
-            self._next_start = now + 1.0 / self._rate  # requests booked before book again
-        if told is not None and self._tell is not None:
-            self._tell(told)
+            self._answered(slot, now)
+            judged = slot is None or slot.epoch >= self._epoch
+            self._strikes += judged and self._published is not None
+            if self._published is not None and self._strikes >= STRIKES:
+                # refused despite what it says: learn, as from a first 429
+                self._published, self._phase, self._rate, self._limit = None, _FREE, None, 0.0
+            if self._published is not None:
+                told = self._follow(quota, slot, now) if quota is not None else None
+                self._epoch += 1  # those waiting book again, after the hold the server asks
+                self._next_start = max(self._next_start, now + 1.0 / (self._rate or MIN_RATE))
+            else:
+                told = self._throttled(now, judged)
+        self._remember(told)
 
-    def _trim(self, now: float) -> None:
-        while self._recent and self._recent[0] < now - WINDOW:
-            self._recent.popleft()
+    def _answered(self, slot: Slot | None, now: float) -> None:
+        """`slot`'s request is no longer on its way; how long it took is a round trip."""
+        start = self._open.pop(slot.seq, None) if slot is not None else None
+        if start is not None and now >= start:
+            self._rtt = now - start if self._rtt is None else 0.8 * self._rtt + 0.2 * (now - start)
+
+    # -- learning ---------------------------------------------------------------------------
+
+    def _throttled(self, now: float, judged: bool) -> Learned | None:
+        """A 429 while learning: measure, or cut, by phase (see the module doc)."""
+        mark, since = self._mark, self._since
+        if mark is None or now - mark >= WINDOW:  # else measure on from the earlier 429
+            self._mark, self._since, log = now, 0, self._log
+            self._log = []
+            if mark is not None:
+                return self._measured(max(MIN_RATE, since / (now - mark)), now, mark, log)
+        if not judged:
+            return None
+        elapsed = now - (self._began or now)
+        if self._phase == _FREE and len(self._recent) < GUESS_ANSWERS:
+            return None  # nothing to guess from: the retries back off while a WINDOW passes
+        told: Learned | None = None
+        # no more than a bucket of a second could have given lately: not above its limit
+        guess = max(MIN_RATE, len(self._recent) / (min(GUESS_SPAN, elapsed) + BURST_SECONDS))
+        if self._phase == _FREE:
+            self._search(guess, now)
+            told = Learned(guess, measured=False)  # where the next process starts, to probe
+        elif self._phase == _SEARCH and mark is None:  # a search that began with no 429 met one
+            self._search(min(SHORT_CUT * (self._rate or guess), guess), now)
+        elif self._phase == _START and self.accepted > RAISED * self._limit * (elapsed + BURST_SECONDS):
+            self._search(self.accepted / (elapsed + BURST_SECONDS), now)  # more than it could give
+        elif self._phase == _START:
+            self._cruise(now)
+        else:  # too soon to measure: still too fast
+            pace = self._rate or self._limit or MIN_RATE
+            self._set(_SEARCH, max(MIN_RATE, SHORT_CUT * pace, DECREASE * self._cut_from), now)
+        self._cut_epoch(now, skip=DRAIN)  # the bucket is empty: let it save a little
+        return told
+
+    def _measured(self, limit: float, now: float, mark: float, log: list[tuple[float, int]]) -> Learned:
+        """A 429 measured the limit: cruise just under it, probing again later: sooner if the
+        limit moved, or if the requests fell so far behind it meanwhile (`log`: when each
+        was accepted, counted from `mark`) that the bucket may have overflowed, which makes a
+        measurement short."""
+        behind = max((limit * (at - mark) - count for at, count in log), default=0.0)
+        if behind - limit * BURST_SECONDS > SHORT * limit * (now - mark):
+            self._probe_every = PROBE_SOON
+        elif self._phase == _PROBE and abs(limit - self._limit) <= SAME * self._limit:
+            self._probe_every = min(PROBE_MAX, 2 * self._probe_every)
+        else:
+            self._probe_every = PROBE_AFTER
+        self._limit, self._guessed = limit, False
+        self._cruise(now)
+        self._cut_epoch(now, skip=DRAIN)
+        return Learned(limit, measured=True)
+
+    def _search(self, rate: float, now: float) -> None:
+        self._set(_SEARCH, rate, now)
+        self._cut_from = rate
+
+    def _cruise(self, now: float) -> None:
+        self._set(_CRUISE, max(MIN_RATE, BACKOFF * self._limit), now)
+        self._cut_from = self._rate or MIN_RATE
+        self._cruise_binding = 0.0
+
+    def _set(self, phase: str, rate: float, now: float) -> None:
+        self._phase, self._rate, self._grown_at, self._bound_at = phase, rate, now, now
+
+    def _cut_epoch(self, now: float, skip: int = 0) -> None:
+        """The pace changed: bookings waiting book again, the first `skip` slots from now on
+        left empty."""
+        self._epoch += 1
+        self._next_start = now + (1 + skip) / (self._rate or MIN_RATE)
+
+    def _grow(self, now: float) -> Learned | None:
+        """An accepted answer while learning: a starting pace checks it was not given more
+        than it knows; a rising one rises while it binds; a cruising one probes when due."""
+        since, self._grown_at = now - self._grown_at, now
+        if self._rate is None:
+            return None
+        if self._phase == _START:
+            return self._starting(now)
+        if now - self._bound_at > max(0.05, 2.0 / self._rate):  # the pace does not bind
+            if now - self._bound_at > BURST_SECONDS:
+                self._mark = None  # the bucket refilled while unused: a measurement would be short
+            return None
+        if self._phase in (_SEARCH, _PROBE):
+            # a search holds its guess for a WINDOW: a 429 sooner would measure nothing
+            held = self._phase == _SEARCH and self._mark is not None and now - self._mark < WINDOW
+            if not held:
+                doubling = SEARCH_DOUBLING if self._phase == _SEARCH else PROBE_DOUBLING
+                self._rate *= 2.0 ** (since / doubling)
+        elif self._phase == _CRUISE and self._limit:
+            self._cruise_binding += since
+            if self._cruise_binding >= self._probe_every:
+                self._phase = _PROBE
+                self._rate = self._limit
+        return None
+
+    def _starting(self, now: float) -> Learned | None:
+        """A process starting from a known limit: EXCESS requests a round trip above it, until
+        the bucket runs dry, or more is accepted than the limit could give: then a guess was
+        low (search on from what was given), and a limit was raised or lifted (forget it: go
+        free)."""
+        if self._rtt:
+            self._rate = self._limit + max(BURST_LEAST, min(BURST, EXCESS / self._rtt))
+        elapsed = now - (self._began or now)
+        if self.accepted <= RAISED * self._limit * (elapsed + BURST_SECONDS):
+            return None
+        if self._guessed:
+            self._search(self.accepted / (elapsed + BURST_SECONDS), now)
+            return None
+        self._limit, self._phase, self._rate, self._mark = 0.0, _FREE, None, None
+        self._epoch += 1
+        self._forget = True
+        return None
+
+    # -- published --------------------------------------------------------------------------
+
+    def _follow(self, quota: Quota, slot: Slot | None, now: float) -> Learned | None:
+        """Pace to what the server publishes: its rate, and what it says remains."""
+        # a window not said (X-RateLimit-*) is taken as a second's: what remains still rules
+        rate = quota.rate or (float(quota.limit) if quota.limit else None)
+        if not rate:
+            return None
+        first = self._published is None
+        self._published = max(1.0, float(quota.limit or rate))
+        self._limit = rate
+        pace = max(MIN_RATE, PUBLISHED_SHARE * rate)
+        self._phase, self._rate = _CRUISE, pace
+        seq = self._seq if slot is None else slot.seq
+        if quota.remaining is not None and seq >= self._anchored:  # an older answer is stale
+            self._anchored = seq
+            ahead = sum(1 for booked in self._open if booked > seq)
+            may = quota.remaining - ahead - RESERVE  # starts that may go now
+            self._next_start = now - (may - 1.0) / pace if may >= 1 else now + (1.0 - may) / pace
+            if quota.remaining == 0 and quota.reset:
+                self._next_start = max(self._next_start, now + quota.reset)
+        if first:
+            self._epoch += 1  # waiting bookings were made without it: book again
+        if abs(rate - self._told) > 0.01 * rate:
+            self._told = rate
+            return Learned(rate, measured=True)
+        return None
+
+    def _remember(self, told: Learned | None) -> None:
+        """Tell the memory what was learned, or (`_forget`) that what it knew is gone."""
+        if self._tell is None:
+            return
+        if self._forget:
+            self._forget = False
+            self._tell(None)
+        if told is not None:
+            self._tell(told)
 
 
 class RateMemory:
@@ -287,23 +517,28 @@ class RateMemory:
         rate, at, measured = found.get("rate"), found.get("at"), found.get("measured")
         if not isinstance(rate, int | float) or not isinstance(at, int | float):
             return None
-        if not (math.isfinite(rate) and rate >= MIN_RATE) or time.time() - at > MEMORY_SECONDS:
+        age = max(0.0, time.time() - at)
+        if not (math.isfinite(rate) and rate >= MIN_RATE) or age > MEMORY_SECONDS:
             return None
-        return Learned(float(rate), measured is True)
+        return Learned(float(rate), measured is True, age)
 
-    def remember(self, entry: str, learned: Learned) -> None:
-        """Keep `learned` for `entry`, unless it is a guess and a measurement is kept
-        (written aside, then renamed: readers see a whole file)."""
+    def remember(self, entry: str, learned: Learned | None) -> None:
+        """Keep `learned` for `entry`, unless it is a guess and a limit is kept; None: forget
+        what is kept (written aside, then renamed: readers see a whole file)."""
         if self.path is None:
             return
         with self._lock, contextlib.suppress(OSError):
             entries = self._read()
             kept = self.recall(entry)
-            if kept is not None and kept.measured and not learned.measured:
+            if learned is None:
+                if entries.pop(entry, None) is None:
+                    return
+            elif kept is not None and kept.measured and not learned.measured:
                 return
-            entries[entry] = {
-                "rate": round(learned.rate, 3), "measured": learned.measured, "at": round(time.time()),
-            }
+            else:
+                entries[entry] = {
+                    "rate": round(learned.rate, 3), "measured": learned.measured, "at": round(time.time()),
+                }
             self.path.parent.mkdir(parents=True, exist_ok=True)
             temp = self.path.with_name(f".{self.FILE}.{os.getpid()}.{threading.get_ident()}")
             temp.write_text(json.dumps(entries, indent=1), encoding="utf-8")

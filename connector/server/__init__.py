@@ -11,7 +11,7 @@ Shares no code with the connector's client side, so each checks the other.
     storage.py    SQLite: tables, rows, hashed keys; durable, serialised writes
     problems.py   ApiProblem, the one refusal, rendered as the API's error body
     limits.py     per-request bounds: body, text cell, page size in bytes
-    faults.py     fault injection;  late.py  writes seen late;  ratelimit.py  token buckets
+    faults.py     fault injection;  late.py  writes seen late;  ratelimit.py  token buckets, published
     openapi.py    /v1/openapi.json;  demo.py  the demo workspace;  cli.py  the commands
 """
 

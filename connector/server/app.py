@@ -54,7 +54,7 @@ from connector.server.limits import (
     Limits,
 )
 from connector.server.problems import ApiProblem, bad_request, echo, invalid, not_found
-from connector.server.ratelimit import RateLimiter
+from connector.server.ratelimit import DEFAULT_HEADERS, RateLimiter
 from connector.server.storage import Storage
 
 MAX_BULK_ROWS = 100
@@ -225,16 +225,23 @@ class _Gate:
             if faults.hit(faults.throttle_rate):
                 raise ApiProblem(429, "injected throttling (--throttle-rate)", headers={"Retry-After": "1"})
             key = self._authenticate(request)
+            published: dict[str, str] = {}
             if self.limiter is not None:
                 wait = self.limiter.wait(key.digest)
+                published = self.limiter.published(key.digest, faults.rate_forms)
                 if wait > 0:
                     raise ApiProblem(
                         429,
                         f"rate limit of {self.limiter.rate:g} requests a second exceeded",
-                        headers={"Retry-After": RateLimiter.retry_after(wait)},
+                        headers={"Retry-After": RateLimiter.retry_after(wait), **published},
                     )
             self.late.apply_due()
-            response = await handler(Call(request, key, self.storage, self.limits, faults, self.late))
+            try:
+                response = await handler(Call(request, key, self.storage, self.limits, faults, self.late))
+            except ApiProblem as problem:
+                problem.headers.update(published)
+                raise
+            response.headers.update(published)
             if write and faults.hit(faults.fail_after_write_rate):
                 return problem_response(
                     ApiProblem(500, "injected failure after the write was committed (--fail-after-write-rate)")
@@ -459,6 +466,7 @@ def create_app(
     late_visibility_ms: float = 0.0,
     stamp_created_at: str | None = None,
     stamp_updated_at: str | None = None,
+    rate_headers: str = DEFAULT_HEADERS,
     fault_control: bool = False,
     max_body_bytes: int = MAX_BODY_BYTES,
     max_cell_bytes: int = MAX_CELL_BYTES,
@@ -487,6 +495,7 @@ def create_app(
         late_visibility_ms=late_visibility_ms,
         stamp_created_at=stamp_created_at,
         stamp_updated_at=stamp_updated_at,
+        rate_headers=rate_headers,
     )
     limits = Limits(body=max_body_bytes, cell=max_cell_bytes, response=max_response_bytes, body_timeout=body_timeout)
     gate = _Gate(storage, faults, rate_limit, limits)

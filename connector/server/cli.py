@@ -24,10 +24,19 @@ from connector.server.limits import (
     MAX_HEAD_BYTES,
     MAX_RESPONSE_BYTES,
 )
+from connector.server.ratelimit import DEFAULT_HEADERS, header_forms
 from connector.server.storage import DEFAULT_DB, Storage
 
 _rate = click.FloatRange(0.0, 1.0)
 _bytes = click.IntRange(min=1)
+
+
+def _forms(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        header_forms(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
 
 #: Seconds a stopping server gives requests in flight to finish before it cuts them.
 SHUTDOWN_GRACE_SECONDS = 10
@@ -98,6 +107,10 @@ def _stamp(context: click.Context, param: click.Parameter, value: str | None) ->
               "2999-01-01T00:00:00Z.")
 @click.option("--stamp-created-at", callback=_stamp, default=None, metavar="STAMP",
               help="Fault: rows created get this created_at instead of the clock's.")
+@click.option("--rate-headers", default=DEFAULT_HEADERS, show_default=True, metavar="FORMS", callback=_forms,
+              help="With --rate-limit: the header forms each answer publishes the key's limit in, "
+              "comma-separated: ietf (RateLimit-Policy and RateLimit, the IETF draft's fields), draft "
+              "(RateLimit-Limit/-Remaining/-Reset, its older drafts), x (X-RateLimit-*); or none.")
 @click.option("--fault-control", is_flag=True,
               help="Accept PUT /v1/_faults {setting: value, ...} to change faults while running.")
 @click.option("--max-body-bytes", type=_bytes, default=MAX_BODY_BYTES, show_default=True,
@@ -141,6 +154,7 @@ def serve(
     late_visibility_ms: float,
     stamp_updated_at: str | None,
     stamp_created_at: str | None,
+    rate_headers: str,
     fault_control: bool,
     max_body_bytes: int,
     max_cell_bytes: int,
@@ -220,6 +234,7 @@ def serve(
             late_visibility_ms=late_visibility_ms,
             stamp_created_at=stamp_created_at,
             stamp_updated_at=stamp_updated_at,
+            rate_headers=rate_headers,
             fault_control=fault_control,
             max_body_bytes=max_body_bytes,
             max_cell_bytes=max_cell_bytes,

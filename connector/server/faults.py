@@ -12,6 +12,8 @@
                            clock, an import with odd stamps (any instant from year 1 to 9999,
                            ISO 8601 UTC; kept as the server writes stamps, so the order of the
                            text is the order in time); null: the clock's
+    rate_headers           the header forms the rate limit is published in (``ietf``,
+                           ``draft``, ``x``, comma-separated; ``none``): `ratelimit.published`
 
 Faults of the rows list: the first two change the table while it is being read
 (`disturb_read` runs before a page of ``GET /tables/:id/rows`` is served, through the normal
@@ -42,6 +44,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+from connector.server.ratelimit import DEFAULT_HEADERS, header_forms
 
 if TYPE_CHECKING:
     from connector.server.columns import TableDef
@@ -79,7 +83,10 @@ class Faults:
     late_visibility_ms: float = 0.0
     stamp_created_at: str | None = None
     stamp_updated_at: str | None = None
+    rate_headers: str = DEFAULT_HEADERS
     _rng: random.Random = field(init=False, repr=False, compare=False)
+    #: `rate_headers` as the forms it names.
+    rate_forms: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Checks types too: settings also arrive as JSON (``PUT /v1/_faults``)."""
@@ -103,6 +110,12 @@ class Faults:
             raise BadSetting("max_page_size", f"max_page_size must be an integer >= 1 (or null), got {size!r}")
         if not isinstance(self.refuse_system_filters, bool):
             raise BadSetting("refuse_system_filters", f"refuse_system_filters must be true or false, got {self.refuse_system_filters!r}")
+        if not isinstance(self.rate_headers, str):
+            raise BadSetting("rate_headers", f"rate_headers must be a string like \"ietf,x\", got {self.rate_headers!r}")
+        try:
+            object.__setattr__(self, "rate_forms", header_forms(self.rate_headers))
+        except ValueError as exc:
+            raise BadSetting("rate_headers", str(exc)) from None
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise BadSetting("seed", f"seed must be an integer (or null), got {self.seed!r}")
         for name in _STAMPS:

@@ -1,10 +1,12 @@
 """A polite client, as users run it: `connector export`, `sync` and `push` as processes against
 a rate-limited reference server whose answers are counted by status (`bench._procs`).
 
-A key's limit is learned once: the first process meets it (a few 429s while it learns), and
-each later process, of any command, starts from what was learned (`RateMemory`), so it is
-refused about once (where the burst allowance it starts with runs out), however many tables
-it reads in parallel: they share the key's one pacer.
+A server that publishes nothing: a key's limit is learned once, the first process meets it (a
+few 429s while it learns), and each later process, of any command, starts from what was
+learned (`RateMemory`), so it is refused about once (where the burst allowance it starts with
+runs out), however many tables it reads in parallel: they share the key's one pacer. A limit
+since lifted is forgotten by the next process. A server that publishes its limit is never
+refused, by any process.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench._procs import CountingServer, start
+from connector.api.ratelimit import Learned, RateMemory
 from tests.fixtures.server import ROOT
 
 LIMIT = 25  #: requests a second the server allows the key (its burst allowance too)
@@ -40,9 +43,10 @@ SPEC = {"columns": [{"name": "Code", "type": "text"}, {"name": "Qty", "type": "n
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[CountingServer]:
+    """A server that says nothing of its limit (``--rate-headers none``)."""
     directory = tmp_path / "server"
     directory.mkdir()
-    running = start(directory, rate_limit=LIMIT)
+    running = start(directory, rate_limit=LIMIT, rate_headers="none")
     try:
         yield running
     finally:
@@ -58,15 +62,15 @@ def seed(server: CountingServer) -> list[str]:
     return ids
 
 
-def connector(server: CountingServer, cache: Path, *args: str) -> tuple[dict[str, int], float, str]:
+def connector(server: CountingServer, cache: Path, *args: str, spend: bool = True) -> tuple[dict[str, int], float, str]:
     """One `connector` process with the server's URL and key and `cache` for what it learns,
-    run after the key's burst allowance is spent; the answers it got by status, its wall
-    time, and its stdout."""
+    run after the key's burst allowance is spent (unless not `spend`: a server with no
+    limit); the answers it got by status, its wall time, and its stdout."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONNECTOR_")}
     env |= {"CONNECTOR_BASE_URL": server.base_url, "CONNECTOR_API_KEY": server.api_key,
             "CONNECTOR_CACHE_DIR": str(cache)}
     with server.client() as http:  # another client of the key spends the allowance
-        while http.get("/tables").status_code != 429:
+        while spend and http.get("/tables").status_code != 429:
             pass
     server.take_counts()
     started = time.monotonic()
@@ -135,3 +139,30 @@ def test_pushes_after_the_first_start_at_the_learned_pace(server: CountingServer
     assert_polite(runs)
     rows = sorted(server_rows(server, table_id).values(), key=lambda f: f["Code"])
     assert [f["Qty"] for f in rows] == [3000 + i for i in range(UPDATES)] + list(range(UPDATES, ROWS))
+
+
+def test_a_published_limit_is_kept_by_every_process(tmp_path: Path) -> None:
+    directory = tmp_path / "published"
+    directory.mkdir()
+    server = start(directory, rate_limit=LIMIT, rate_headers="ietf")
+    try:
+        seed(server)
+        runs = [connector(server, tmp_path / "cache", "export", "--out", str(tmp_path / "out"), "--page-size", PAGE)
+                for _ in range(2)]
+    finally:
+        server.stop()
+    assert [counts.get("429", 0) for counts, _, _ in runs] == [0, 0], runs
+    assert len({sum(counts.values()) for counts, _, _ in runs}) == 1  # none sent twice
+
+
+def test_a_limit_since_lifted_is_forgotten_by_the_next_process(server: CountingServer, tmp_path: Path) -> None:
+    seed(server)
+    cache = tmp_path / "cache"
+    entry = RateMemory.entry(server.base_url, server.api_key)
+    RateMemory(cache).remember(entry, Learned(5, measured=True))  # as an earlier process measured
+    server.options = {}  # the same URL and key, no limit any more
+    server.restart()
+    counts, _, _ = connector(server, cache, "export", "--out", str(tmp_path / "out"), "--page-size", PAGE,
+                             spend=False)
+    assert counts.get("429", 0) == 0
+    assert RateMemory(cache).recall(entry) is None  # forgotten: the next process starts free
