@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from connector.api import Client
+from connector.api.retry import RetryPolicy
 from connector.errors import ConfigError, ConnectorError
 from connector.extras import require
 from connector.jobs.config import Job, PushSpec, load_job
@@ -139,7 +140,7 @@ def _tables(job: Job) -> list[_TableAsset]:
         base_url, key = job.source.resolve(job_file=job.path)
     except ConfigError as exc:
         raise ConfigError(f"{exc} (the tables are listed from the server)") from None
-    with Client(base_url, key, max_wait=job.source.max_wait,
+    with Client(base_url, key, retry=RetryPolicy(total_seconds=job.source.max_wait),
                 url_source=job.source.url_source(one_shot=False, job_file=job.path),
                 key_source=job.source.key_source(one_shot=False, job_file=job.path)) as client:
         listed = client.list_tables()

@@ -27,6 +27,7 @@ from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
 from connector.api.client import Client, RequestCounts
+from connector.api.retry import RetryPolicy
 from connector.cli import main
 from connector.errors import ExitCode, NotSent
 from connector.jobs.lock import job_lock
@@ -426,7 +427,7 @@ def test_a_client_counts_every_try_also_those_that_got_no_answer() -> None:
     shared = RequestCounts()
     waits: list[object] = []
     for _ in range(2):
-        with Client(base_url, "key", max_wait=0.3, on_retry=waits.append, counts=shared) as client:
+        with Client(base_url, "key", retry=RetryPolicy(total_seconds=0.3, on_retry=waits.append), counts=shared) as client:
             with pytest.raises(NotSent):
                 client.list_tables()
             assert client.counts is shared

@@ -23,7 +23,7 @@ from connector.api.engine import Engine
 from connector.api.limits import DEFAULT_PAGE_SIZE
 from connector.api.models import Row, RowPage, TableSummary
 from connector.api.ratelimit import RateLimiter
-from connector.api.retry import RetryObserver, RetryPolicy
+from connector.api.retry import RetryPolicy
 
 if TYPE_CHECKING:  # at run time only where a schema is read: it brings pyarrow
     from connector.schema import Table
@@ -65,8 +65,6 @@ class Client:
         *,
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
-        max_wait: float | None = None,
-        on_retry: RetryObserver | None = None,
         key_source: str | None = None,
         url_source: str | None = None,
         transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
@@ -75,8 +73,8 @@ class Client:
         counts: RequestCounts | None = None,
     ) -> None:
         self._aio = AsyncClient(
-            base_url, api_key, timeout=timeout, retry=retry, max_wait=max_wait,
-            on_retry=on_retry, key_source=key_source, url_source=url_source,
+            base_url, api_key, timeout=timeout, retry=retry,
+            key_source=key_source, url_source=url_source,
             transport=transport, limiter=limiter, max_concurrency=max_concurrency,
             counts=counts,
         )

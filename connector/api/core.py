@@ -37,7 +37,7 @@ from connector.api.limits import DEFAULT_PAGE_SIZE
 from connector.api.models import Row, RowPage, TableSummary
 from connector.api.quota import published
 from connector.api.ratelimit import RateLimiter, Slot
-from connector.api.retry import RetryEvent, RetryObserver, RetryPolicy
+from connector.api.retry import RetryEvent, RetryPolicy
 from connector.api.settings import Settings, resolve_max_concurrency
 from connector.errors import ApiError, ConfigError
 
@@ -114,8 +114,6 @@ class AsyncClient(Settings):
         *,
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
-        max_wait: float | None = None,
-        on_retry: RetryObserver | None = None,
         key_source: str | None = None,
         url_source: str | None = None,
         transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
@@ -124,7 +122,7 @@ class AsyncClient(Settings):
         counts: RequestCounts | None = None,
     ) -> None:
         super().__init__(
-            base_url, api_key, timeout, retry, limiter, max_wait=max_wait, on_retry=on_retry,
+            base_url, api_key, timeout, retry, limiter,
             key_source=key_source, url_source=url_source, counts=counts,
         )
         #: Requests in flight, adapted below the cap; shared by every read and write of
@@ -239,8 +237,8 @@ class AsyncClient(Settings):
             method=call.method,
             url=f"{self.base_url}{call.path}",
         )
-        if self.on_retry is not None:
-            self.on_retry(event)
+        if self.retry.on_retry is not None:
+            self.retry.on_retry(event)
         else:
             retry_log.warning("%s", event, extra={"retry_event": event})
 

@@ -19,7 +19,7 @@ import os
 import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from tenacity import (
@@ -92,12 +92,23 @@ RetryObserver = Callable[[RetryEvent], None]
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How many times, how long apart, and for how long a replayable request is retried."""
+    """How many times, how long apart, and for how long a replayable request is retried, and
+    who hears of each wait: one value a client takes, as httpx takes a `Timeout`."""
 
     attempts: int = DEFAULT_ATTEMPTS
     initial_backoff: float = DEFAULT_INITIAL_BACKOFF
     max_backoff: float = DEFAULT_MAX_BACKOFF
-    total_seconds: float = DEFAULT_TOTAL_SECONDS
+    #: No retry starts once this many seconds have gone by since the first try (a job's
+    #: ``source.max_wait``); None: ``--max-wait``'s block, else ``CONNECTOR_MAX_WAIT``, else
+    #: `DEFAULT_TOTAL_SECONDS` (`resolve_policy`).
+    total_seconds: float | None = None
+    #: Hears of each wait before it starts (the CLI prints it, a JSON reporter emits it);
+    #: None: the ``connector.api.retry`` log.
+    on_retry: RetryObserver | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.total_seconds is not None:
+            check_max_wait(self.total_seconds, "max_wait")
 
     @classmethod
     def off(cls) -> RetryPolicy:
@@ -106,7 +117,12 @@ class RetryPolicy:
 
     def after(self, elapsed: float) -> RetryPolicy:
         """This policy for a request whose first try took `elapsed` seconds (and failed)."""
-        return replace(self, total_seconds=self.total_seconds - elapsed)
+        return replace(self, total_seconds=max(0.0, self.budget - elapsed))
+
+    @property
+    def budget(self) -> float:
+        """`total_seconds`, as resolved (`resolve_policy`) or the default."""
+        return DEFAULT_TOTAL_SECONDS if self.total_seconds is None else self.total_seconds
 
     def backoff(self, state: RetryCallState) -> float:
         """Exponential backoff with jitter, never shorter than the server's Retry-After."""
@@ -121,7 +137,7 @@ class RetryPolicy:
         self, replayable: Replayable, before_sleep: Callable[[RetryCallState], None] | None
     ) -> dict[str, object]:
         kwargs: dict[str, object] = {
-            "stop": stop_after_attempt(self.attempts) | stop_before_delay(self.total_seconds),
+            "stop": stop_after_attempt(self.attempts) | stop_before_delay(self.budget),
             "wait": self.backoff,
             "retry": retry_if_exception(replayable),
             "reraise": True,
@@ -169,16 +185,16 @@ def default_max_wait(seconds: float | None) -> Iterator[None]:
         _default_max_wait = previous
 
 
-def resolve_policy(retry: RetryPolicy | None, max_wait: float | None) -> RetryPolicy:
-    """The policy a client uses: `retry` (default `RetryPolicy()`), its total budget set by
-    `max_wait` when given; without either, by `default_max_wait`'s block, else by
-    ``CONNECTOR_MAX_WAIT``, else `DEFAULT_TOTAL_SECONDS`."""
-    if max_wait is None and retry is None:
-        if _default_max_wait is not None:
-            max_wait = _default_max_wait
-        elif os.environ.get(ENV_MAX_WAIT, "").strip():
-            max_wait = check_max_wait(os.environ[ENV_MAX_WAIT].strip(), ENV_MAX_WAIT)
+def resolve_policy(retry: RetryPolicy | None) -> RetryPolicy:
+    """The policy a client uses: `retry` (default `RetryPolicy()`), its total budget, when
+    it sets none, from `default_max_wait`'s block, else ``CONNECTOR_MAX_WAIT``, else
+    `DEFAULT_TOTAL_SECONDS`."""
     policy = retry if retry is not None else RetryPolicy()
-    if max_wait is None:
+    if policy.total_seconds is not None:
         return policy
-    return replace(policy, total_seconds=check_max_wait(max_wait))
+    if _default_max_wait is not None:
+        return replace(policy, total_seconds=_default_max_wait)
+    if os.environ.get(ENV_MAX_WAIT, "").strip():
+        seconds = check_max_wait(os.environ[ENV_MAX_WAIT].strip(), ENV_MAX_WAIT)
+        return replace(policy, total_seconds=seconds)
+    return replace(policy, total_seconds=DEFAULT_TOTAL_SECONDS)

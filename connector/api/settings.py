@@ -17,7 +17,7 @@ from connector.api.concurrency import (
 from connector.api.counts import RequestCounts
 from connector.api.keys import ENV_API_KEY, check_key, looks_like_key, remember_key
 from connector.api.ratelimit import RateLimiter, limiter_for
-from connector.api.retry import RetryObserver, RetryPolicy, resolve_policy
+from connector.api.retry import RetryPolicy, resolve_policy
 from connector.errors import BaseUrlError, ConfigError
 
 __all__ = [
@@ -99,8 +99,6 @@ class Settings:
         retry: RetryPolicy | None,
         limiter: RateLimiter | None,
         *,
-        max_wait: float | None = None,
-        on_retry: RetryObserver | None = None,
         key_source: str | None = None,
         url_source: str | None = None,
         counts: RequestCounts | None = None,
@@ -121,8 +119,7 @@ class Settings:
         remember_key(api_key)
         self.base_url = check_base_url(base_url, self._url_source)
         self.timeout = timeout
-        self.retry = resolve_policy(retry, max_wait)
-        self.on_retry = on_retry
+        self.retry = resolve_policy(retry)
         self.limiter = limiter if limiter is not None else limiter_for(self.base_url, api_key)
         #: Every try's answer and every retry (`RequestCounts`).
         self.counts = counts if counts is not None else RequestCounts()

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from connector.api import Client
-from connector.api.retry import RetryEvent
+from connector.api.retry import RetryEvent, RetryPolicy
 from connector.destinations import Destination, open_destination
 from connector.errors import ConfigError, ConnectorError
 from connector.jobs.choose import choose
@@ -178,7 +178,7 @@ class _Runner:
                     _located(job, destination.config.where, destination.check)
             self.client = client = stack.enter_context(Client(
                 self.base_url, self.key, transport=self.options.transport,
-                max_wait=job.source.max_wait, on_retry=self._on_retry(),
+                retry=RetryPolicy(total_seconds=job.source.max_wait, on_retry=self._on_retry()),
                 max_concurrency=job.source.max_concurrency, counts=self.options.counts,
                 url_source=job.source.url_source(one_shot=job.one_shot, job_file=job.path),
                 key_source=job.source.key_source(one_shot=job.one_shot, job_file=job.path),

@@ -268,7 +268,7 @@ def test_a_host_with_no_address_fails_at_once() -> None:
 
     events: list[Any] = []
     started = time.monotonic()
-    with Client("http://no-such-host.invalid/v1", "k", on_retry=events.append) as client, \
+    with Client("http://no-such-host.invalid/v1", "k", retry=RetryPolicy(on_retry=events.append)) as client, \
             pytest.raises(BaseUrlError, match=r"the host 'no-such-host.invalid' of the base URL has no address"):
         client.list_tables()
     assert time.monotonic() - started < 2 and events == []
@@ -280,7 +280,7 @@ def test_tls_to_a_plain_http_port_fails_at_once(server: RunningServer) -> None:
     events: list[Any] = []
     url = server.base_url.replace("http://", "https://")
     started = time.monotonic()
-    with Client(url, server.api_key, on_retry=events.append) as client, \
+    with Client(url, server.api_key, retry=RetryPolicy(on_retry=events.append)) as client, \
             pytest.raises(BaseUrlError, match=r"TLS with https://127.0.0.1:\d+/v1 failed .*http://") as caught:
         client.list_tables()
     assert time.monotonic() - started < 2 and events == []

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from connector.api import Client, RateLimiter, RetryPolicy
-from connector.api.retry import RetryEvent, default_max_wait, resolve_policy
+from connector.api.retry import DEFAULT_TOTAL_SECONDS, RetryEvent, default_max_wait, resolve_policy
 from connector.errors import (
     ApiError,
     ConfigError,
@@ -204,10 +204,13 @@ def test_retry_after_is_honoured_against_the_real_server(server_factory: ServerF
 # -- retrying visibly: each wait is announced; the budget is a setting -----------------------
 
 
-def observed(handler: Callable[[httpx.Request], httpx.Response], **kwargs: object) -> tuple[Client, list[RetryEvent]]:
+def observed(
+    handler: Callable[[httpx.Request], httpx.Response], retry: RetryPolicy | None = None
+) -> tuple[Client, list[RetryEvent]]:
     events: list[RetryEvent] = []
     client = Client("http://api.test/v1", "k-test", transport=httpx.MockTransport(handler),
-                    limiter=RateLimiter(), on_retry=events.append, **kwargs)  # type: ignore[arg-type]
+                    limiter=RateLimiter(),
+                    retry=replace(retry or RetryPolicy(), on_retry=events.append))
     return client, events
 
 
@@ -220,7 +223,7 @@ def observed(handler: Callable[[httpx.Request], httpx.Response], **kwargs: objec
 ])
 def test_each_wait_is_announced_before_it_starts(failure: httpx.Response | Exception, reason: str) -> None:
     handler, seen = scripted(failure, failure, httpx.Response(200, json=TABLES))
-    client, events = observed(handler, retry=FAST)
+    client, events = observed(handler, FAST)
     with client:
         assert client.list_tables() == []
     assert len(seen) == 3
@@ -253,7 +256,7 @@ def test_without_an_observer_waits_are_logged(caplog: pytest.LogCaptureFixture) 
 
 def test_an_answer_that_cannot_heal_is_not_announced() -> None:
     handler, seen = scripted(httpx.Response(404))
-    client, events = observed(handler, retry=FAST)
+    client, events = observed(handler, FAST)
     with client, pytest.raises(NotFound):
         client.list_tables()
     assert events == [] and len(seen) == 1
@@ -261,7 +264,7 @@ def test_an_answer_that_cannot_heal_is_not_announced() -> None:
 
 def test_max_wait_is_the_total_budget() -> None:
     handler, seen = scripted(httpx.Response(503))
-    client, events = observed(handler, max_wait=0.6)
+    client, events = observed(handler, RetryPolicy(total_seconds=0.6))
     started = time.monotonic()
     with client, pytest.raises(ServerError):
         client.list_tables()
@@ -274,7 +277,7 @@ def test_max_wait_is_the_total_budget() -> None:
 
 def test_max_wait_zero_means_no_retry() -> None:
     handler, seen = scripted(httpx.Response(503), httpx.Response(200, json=TABLES))
-    client, events = observed(handler, max_wait=0)
+    client, events = observed(handler, RetryPolicy(total_seconds=0))
     with client, pytest.raises(ServerError):
         client.list_tables()
     assert len(seen) == 1 and events == []
@@ -282,23 +285,25 @@ def test_max_wait_zero_means_no_retry() -> None:
 
 def test_where_the_budget_comes_from(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CONNECTOR_MAX_WAIT", raising=False)
-    assert resolve_policy(None, None) == RetryPolicy()
-    assert resolve_policy(FAST, None) == FAST
-    assert resolve_policy(FAST, 2.5) == replace(FAST, total_seconds=2.5)
+    unset = replace(FAST, total_seconds=None)
+    assert resolve_policy(None) == RetryPolicy(total_seconds=DEFAULT_TOTAL_SECONDS)
+    assert resolve_policy(unset) == replace(FAST, total_seconds=DEFAULT_TOTAL_SECONDS)
+    assert resolve_policy(FAST) == FAST
     monkeypatch.setenv("CONNECTOR_MAX_WAIT", "7")
-    assert resolve_policy(None, None).total_seconds == 7
-    assert resolve_policy(FAST, None) == FAST  # an explicit policy is not overridden by the environment
+    assert resolve_policy(None).total_seconds == 7
+    assert resolve_policy(unset).total_seconds == 7  # a policy without a budget takes the default
+    assert resolve_policy(FAST) == FAST  # a budget set is not overridden by the environment
     with default_max_wait(3):  # the CLI's --max-wait, for one command
-        assert resolve_policy(None, None).total_seconds == 3
-        assert resolve_policy(None, 1).total_seconds == 1
-    assert resolve_policy(None, None).total_seconds == 7
+        assert resolve_policy(None).total_seconds == 3
+        assert resolve_policy(RetryPolicy(total_seconds=1)).total_seconds == 1
+    assert resolve_policy(None).total_seconds == 7
 
 
 @pytest.mark.parametrize("value", ["soon", "-1", "nan", "inf", ""])
 def test_a_bad_budget_in_the_environment_names_the_variable(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv("CONNECTOR_MAX_WAIT", value)
     if not value:
-        assert resolve_policy(None, None) == RetryPolicy()  # empty: unset
+        assert resolve_policy(None).total_seconds == DEFAULT_TOTAL_SECONDS  # empty: unset
         return
     with pytest.raises(ConfigError, match="CONNECTOR_MAX_WAIT must be a number of seconds >= 0"):
         Client("http://api.test/v1", "k")
@@ -307,7 +312,7 @@ def test_a_bad_budget_in_the_environment_names_the_variable(monkeypatch: pytest.
 @pytest.mark.parametrize("value", [-1, float("nan"), float("inf"), True])
 def test_a_bad_max_wait_is_a_configuration_error(value: float) -> None:
     with pytest.raises(ConfigError, match="max_wait must be a number of seconds"):
-        Client("http://api.test/v1", "k", max_wait=value)
+        Client("http://api.test/v1", "k", retry=RetryPolicy(total_seconds=value))
 
 
 # -- against the reference server over HTTP ---------------------------------------------------
@@ -316,8 +321,9 @@ def test_a_bad_max_wait_is_a_configuration_error(value: float) -> None:
 def test_5xx_faults_are_retried_and_announced(server_factory: ServerFactory) -> None:
     server = server_factory(fail_rate=0.5, seed=3)
     events: list[RetryEvent] = []
-    with Client(server.base_url, server.api_key, on_retry=events.append, limiter=RateLimiter(),
-                retry=RetryPolicy(attempts=30, initial_backoff=0.01, max_backoff=0.02)) as client:
+    with Client(server.base_url, server.api_key, limiter=RateLimiter(),
+                retry=RetryPolicy(attempts=30, initial_backoff=0.01, max_backoff=0.02,
+                                  on_retry=events.append)) as client:
         for _ in range(6):
             assert client.list_tables() == []
     assert events and {e.reason for e in events} == {"server error 500"}
@@ -327,8 +333,9 @@ def test_5xx_faults_are_retried_and_announced(server_factory: ServerFactory) -> 
 def test_429_faults_are_retried_and_announced(server_factory: ServerFactory) -> None:
     server = server_factory(throttle_rate=0.5, seed=1)
     events: list[RetryEvent] = []
-    with Client(server.base_url, server.api_key, on_retry=events.append, limiter=RateLimiter(),
-                retry=RetryPolicy(initial_backoff=0.001, max_backoff=0.01)) as client:
+    with Client(server.base_url, server.api_key, limiter=RateLimiter(),
+                retry=RetryPolicy(initial_backoff=0.001, max_backoff=0.01,
+                                  on_retry=events.append)) as client:
         assert client.list_tables() == []
     assert events and {e.reason for e in events} == {"rate limited (429)"}
     assert all(e.seconds >= 0.99 for e in events)  # the server's Retry-After: 1
@@ -338,7 +345,7 @@ def test_a_refused_connection_is_retried_within_the_budget_and_announced() -> No
     url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     events: list[RetryEvent] = []
     started = time.monotonic()
-    with Client(url, "k-test", on_retry=events.append, max_wait=0.5) as client, \
+    with Client(url, "k-test", retry=RetryPolicy(on_retry=events.append, total_seconds=0.5)) as client, \
             pytest.raises(NotSent, match=f"could not connect to {url}: connection refused"):
         client.list_tables()
     assert time.monotonic() - started < 2
