@@ -47,14 +47,10 @@ from connector.server.faults import BadSetting, Faults, disturb_read
 from connector.server.keys import ApiKey
 from connector.server.late import LateWrites
 from connector.server.limits import (
-    BODY_TIMEOUT,
-    MAX_BODY_BYTES,
-    MAX_CELL_BYTES,
-    MAX_RESPONSE_BYTES,
     Limits,
 )
 from connector.server.problems import ApiProblem, bad_request, echo, invalid, not_found
-from connector.server.ratelimit import DEFAULT_HEADERS, RateLimiter
+from connector.server.ratelimit import RateLimiter
 from connector.server.storage import Storage
 
 MAX_BULK_ROWS = 100
@@ -452,53 +448,21 @@ async def _openapi(request: Request) -> Response:
 def create_app(
     db_path: str | Storage = ":memory:",
     *,
+    faults: Faults | None = None,
     rate_limit: float | None = None,
-    fail_rate: float = 0.0,
-    throttle_rate: float = 0.0,
-    latency_ms: float = 0.0,
-    fail_after_write_rate: float = 0.0,
-    drop_rate: float = 0.0,
-    seed: int | None = None,
-    delete_on_read: int = 0,
-    insert_on_read: int = 0,
-    max_page_size: int | None = None,
-    refuse_system_filters: bool = False,
-    late_visibility_ms: float = 0.0,
-    stamp_created_at: str | None = None,
-    stamp_updated_at: str | None = None,
-    rate_headers: str = DEFAULT_HEADERS,
+    limits: Limits | None = None,
     fault_control: bool = False,
-    max_body_bytes: int = MAX_BODY_BYTES,
-    max_cell_bytes: int = MAX_CELL_BYTES,
-    max_response_bytes: int = MAX_RESPONSE_BYTES,
-    body_timeout: float = BODY_TIMEOUT,
 ) -> Starlette:
     """The reference server as an ASGI app over the SQLite file `db_path` (or a `Storage`).
 
-    The fault options are `faults.Faults`'s; `fault_control` adds ``PUT /v1/_faults``.
-    The `max_*_bytes` bound what one request may send, store in a text cell, and receive;
-    `body_timeout` the longest pause in a body (the bounds of a connection are uvicorn's
-    and `connection.Connection`'s, which `serve` sets).
+    `faults` are what it gets wrong on purpose (`faults.Faults`; default none), `rate_limit`
+    the requests a second each key may make, `limits` what one request may send, store in a
+    text cell and receive, and the longest pause in a body (`limits.Limits`; the bounds of a
+    connection are uvicorn's and `connection.Connection`'s, which `serve` sets);
+    `fault_control` adds ``PUT /v1/_faults``.
     """
     storage = db_path if isinstance(db_path, Storage) else Storage(db_path)
-    faults = Faults(
-        fail_rate,
-        throttle_rate,
-        latency_ms,
-        fail_after_write_rate,
-        drop_rate,
-        seed,
-        delete_on_read=delete_on_read,
-        insert_on_read=insert_on_read,
-        max_page_size=max_page_size,
-        refuse_system_filters=refuse_system_filters,
-        late_visibility_ms=late_visibility_ms,
-        stamp_created_at=stamp_created_at,
-        stamp_updated_at=stamp_updated_at,
-        rate_headers=rate_headers,
-    )
-    limits = Limits(body=max_body_bytes, cell=max_cell_bytes, response=max_response_bytes, body_timeout=body_timeout)
-    gate = _Gate(storage, faults, rate_limit, limits)
+    gate = _Gate(storage, faults or Faults(), rate_limit, limits or Limits())
 
     def route(path: str, **handlers: Handler) -> Route:
         endpoints = {m: gate.endpoint(h, write=m != "GET") for m, h in handlers.items()}

@@ -23,6 +23,7 @@ from connector.server.limits import (
     MAX_CELL_BYTES,
     MAX_HEAD_BYTES,
     MAX_RESPONSE_BYTES,
+    Limits,
 )
 from connector.server.ratelimit import DEFAULT_HEADERS, header_forms
 from connector.server.storage import DEFAULT_DB, Storage
@@ -187,6 +188,7 @@ def serve(
     from connector.server.app import create_app
     from connector.server.connection import connection_class
     from connector.server.demo import seed_demo
+    from connector.server.faults import Faults
 
     if demo_key_file is not None:
         if demo_key:
@@ -218,29 +220,19 @@ def serve(
                            "to tables; its permissions are left as they are", err=True)
         elif demo and not storage.has_keys():
             click.echo(f"demo API key (shown once): {storage.create_key()}", err=True)
-        app = create_app(
-            storage,
-            rate_limit=rate_limit,
-            fail_rate=fail_rate,
-            throttle_rate=throttle_rate,
-            latency_ms=latency_ms,
-            fail_after_write_rate=fail_after_write_rate,
-            drop_rate=drop_rate,
-            seed=seed,
-            delete_on_read=delete_on_read,
-            insert_on_read=insert_on_read,
-            max_page_size=max_page_size,
-            refuse_system_filters=refuse_system_filters,
-            late_visibility_ms=late_visibility_ms,
-            stamp_created_at=stamp_created_at,
-            stamp_updated_at=stamp_updated_at,
-            rate_headers=rate_headers,
-            fault_control=fault_control,
-            max_body_bytes=max_body_bytes,
-            max_cell_bytes=max_cell_bytes,
-            max_response_bytes=max_response_bytes,
+        faults = Faults(
+            fail_rate, throttle_rate, latency_ms, fail_after_write_rate, drop_rate, seed,
+            delete_on_read=delete_on_read, insert_on_read=insert_on_read,
+            max_page_size=max_page_size, refuse_system_filters=refuse_system_filters,
+            late_visibility_ms=late_visibility_ms, stamp_created_at=stamp_created_at,
+            stamp_updated_at=stamp_updated_at, rate_headers=rate_headers,
+        )
+        limits = Limits(
+            body=max_body_bytes, cell=max_cell_bytes, response=max_response_bytes,
             body_timeout=body_timeout,
         )
+        app = create_app(storage, faults=faults, rate_limit=rate_limit, limits=limits,
+                         fault_control=fault_control)
         protocol = connection_class(
             header_timeout=header_timeout, body_timeout=body_timeout, max_head_bytes=max_head_bytes
         )

@@ -14,6 +14,7 @@ import pytest
 
 from connector.api import Client, RetryPolicy
 from connector.server.app import create_app
+from connector.server.faults import Faults
 from connector.server.storage import Storage
 
 PEOPLE = {
@@ -110,7 +111,7 @@ def inproc_factory(tmp_path: Path) -> Iterator[InProcessFactory]:
         db = tmp_path / f"push{len(made)}.db"
         with contextlib.closing(Storage(str(db))) as storage:
             key = storage.create_key()
-        app = create_app(str(db), **faults)
+        app = create_app(str(db), faults=Faults(**faults))
         made.append(InProcess(db, key, Counting(httpx.ASGITransport(app=app))))
         return made[-1]
 

@@ -6,6 +6,7 @@ import httpx
 import pytest
 
 from connector.server.app import create_app
+from connector.server.limits import Limits
 from connector.server.storage import Storage
 from tests.server.conftest import make_client
 
@@ -74,7 +75,7 @@ def test_json_content_type_with_charset_is_accepted(api: httpx.Client, people: s
 
 
 def test_oversized_body_is_413_and_writes_nothing(storage: Storage, key: str, people: str) -> None:
-    with make_client(create_app(storage, max_body_bytes=1000), key) as client:
+    with make_client(create_app(storage, limits=Limits(body=1000)), key) as client:
         big = {"rows": [{"fields": {"Name": "x" * 100}}] * 20}
         assert_error(client.post(f"/tables/{people}/rows/bulk", json=big), 413, "CONTENT_TOO_LARGE")
 

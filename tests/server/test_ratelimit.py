@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from connector.server.app import create_app
 from connector.server.cli import serve
+from connector.server.faults import Faults
 from connector.server.ratelimit import RateLimiter, header_forms
 from connector.server.storage import Storage
 from tests.server.conftest import make_client
@@ -106,7 +107,7 @@ def test_every_answer_to_a_limited_key_publishes_its_limit(storage: Storage, key
 
 
 def test_no_limit_or_no_forms_publish_nothing(storage: Storage, key: str) -> None:
-    for app in (create_app(storage), create_app(storage, rate_limit=3, rate_headers="none")):
+    for app in (create_app(storage), create_app(storage, rate_limit=3, faults=Faults(rate_headers="none"))):
         with make_client(app, key) as client:
             answer = client.get("/tables")
         assert not [name for name in answer.headers if "ratelimit" in name]
