@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, AsyncClient, Client
-from connector.api.calls import Filter
+from connector.api.endpoints import Filter
 from connector.api.paging import Cells, ExtractionError, PageReader
 from connector.arrays import bool_array, string_array
 from connector.errors import CellWarning, ConfigError, InexactValue

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 from connector.api import DEFAULT_PAGE_SIZE, Client
-from connector.api.calls import Filter
+from connector.api.endpoints import Filter
 from connector.api.models import TableSummary
 from connector.errors import PermissionDenied, SkippedTableWarning
 from connector.extract import Extraction

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
 import httpx
 
-from connector.api.calls import Filter
 from connector.api.concurrency import ConcurrencyLimit
 from connector.api.core import AsyncClient
 from connector.api.counts import RequestCounts
+from connector.api.endpoints import Filter
 from connector.api.engine import Engine
 from connector.api.limits import DEFAULT_PAGE_SIZE
 from connector.api.models import Row, RowPage, TableSummary

@@ -3,8 +3,8 @@
 `AsyncClient._send` is the only place that talks to httpx: it takes a slot of the client's
 `ConcurrencyLimit`, paces the request through the key's `RateLimiter`, retries per the
 `RetryPolicy` (tenacity) what may be replayed, and turns every failure into one of
-`connector.errors` (`connector.api.answers`). httpx's exceptions never escape. What each
-endpoint sends and reads is `connector.api.calls`; the blocking facade, `connector.api.client`.
+`connector.errors` (`connector.api.responses`). httpx's exceptions never escape. What each
+endpoint sends and reads is `connector.api.endpoints`; the blocking facade, `connector.api.client`.
 
 A transport passed to the client is used by every request: an async one
 (`httpx.AsyncBaseTransport`, e.g. `httpx.ASGITransport`, `httpx.MockTransport`) as is, a
@@ -28,15 +28,15 @@ import httpx
 import orjson
 from tenacity import RetryCallState
 
-from connector.api import calls
-from connector.api.answers import retry_reason, shape_error, status_error, transport_error
-from connector.api.calls import Call, Filter
+from connector.api import endpoints
 from connector.api.concurrency import ConcurrencyLimit
 from connector.api.counts import RequestCounts
+from connector.api.endpoints import Call, Filter
 from connector.api.limits import DEFAULT_PAGE_SIZE
 from connector.api.models import Row, RowPage, TableSummary
 from connector.api.quota import published
 from connector.api.ratelimit import RateLimiter, Slot
+from connector.api.responses import retry_reason, shape_error, status_error, transport_error
 from connector.api.retry import RetryEvent, RetryPolicy
 from connector.api.settings import Settings, resolve_max_concurrency
 from connector.errors import ApiError, ConfigError
@@ -275,10 +275,10 @@ class AsyncClient(Settings):
         raise status_error(call, response, self.base_url, self._key_source)
 
     async def list_tables(self) -> list[TableSummary]:
-        return await self._send(calls.list_tables())
+        return await self._send(endpoints.list_tables())
 
     async def get_table(self, table_id: str) -> Table:
-        return await self._send(calls.get_table(table_id))
+        return await self._send(endpoints.get_table(table_id))
 
     async def list_rows(
         self,
@@ -290,23 +290,25 @@ class AsyncClient(Settings):
         order: Literal["asc", "desc"] | None = None,
         filter: Filter | None = None,
     ) -> RowPage:
-        return await self._send(calls.list_rows(table_id, limit=limit, offset=offset, sort=sort, order=order, filter=filter)
+        call = endpoints.list_rows(
+            table_id, limit=limit, offset=offset, sort=sort, order=order, filter=filter
         )
+        return await self._send(call)
 
     async def create_row(self, table_id: str, fields: Mapping[str, Any]) -> Row:
-        return await self._send(calls.create_row(table_id, fields))
+        return await self._send(endpoints.create_row(table_id, fields))
 
     async def update_row(
         self, table_id: str, row_id: str, fields: Mapping[str, Any]
     ) -> Row | None:
-        return await self._send(calls.update_row(table_id, row_id, fields))
+        return await self._send(endpoints.update_row(table_id, row_id, fields))
 
     async def delete_row(self, table_id: str, row_id: str) -> None:
-        await self._send(calls.delete_row(table_id, row_id))
+        await self._send(endpoints.delete_row(table_id, row_id))
 
     async def create_rows(self, table_id: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
-        return await self._send(calls.create_rows(table_id, rows))
+        return await self._send(endpoints.create_rows(table_id, rows))
 
     async def delete_rows(self, table_id: str, row_ids: Sequence[str]) -> None:
-        await self._send(calls.delete_rows(table_id, row_ids))
+        await self._send(endpoints.delete_rows(table_id, row_ids))
 

@@ -59,8 +59,8 @@ from enum import Enum
 from itertools import chain, compress
 from typing import Any
 
+from connector.api.ahead import AHEAD, Cells, Page, PagesAhead, split_rows
 from connector.api.core import AsyncClient
-from connector.api.pages import AHEAD, Cells, Page, Plan, split_rows
 from connector.errors import ApiValidationError, BadRequest, ExtractionError
 from connector.schema import Table
 
@@ -289,7 +289,7 @@ class PageReader:
         starts at its own offset plus its own applied limit less the overlap. Pages ahead are
         fetched at offsets predicted from the latest applied limit; when a page comes back
         with a smaller one (a server cutting a page by size), the gap after it is a hole,
-        fetched first (`connector.api.pages.Plan`). A page that does not continue the read is repaired on the
+        fetched first (`connector.api.ahead.PagesAhead`). A page that does not continue the read is repaired on the
         spot (`_repair`) while the pages after it go on loading; the overlap then grows, up to
         half a page, so a table under steady change needs few repairs.
         """
@@ -298,7 +298,7 @@ class PageReader:
         await self._emit_from(first, 0, 0)
         if len(first.ids) < first.limit:
             return None
-        plan = Plan(self, filter, ask, first.limit, first.total)
+        plan = PagesAhead(self, filter, ask, first.limit, first.total)
         plan.taken(0, first)
         try:
             while True:

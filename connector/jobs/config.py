@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from connector.api import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
-from connector.api.calls import FILTER_OPERATORS
 from connector.api.concurrency import MAX_CONCURRENCY
+from connector.api.endpoints import FILTER_OPERATORS
 from connector.api.keys import ENV_API_KEY, is_variable_name
 from connector.api.retry import check_max_wait
 from connector.api.settings import ENV_BASE_URL

@@ -328,6 +328,6 @@ def test_a_filter_that_is_not_a_mapping_is_a_configuration_error(filter: Any) ->
 
 
 def test_the_filter_operators_are_one_ordered_tuple() -> None:
-    from connector.api.calls import FILTER_OPERATORS
+    from connector.api.endpoints import FILTER_OPERATORS
 
     assert FILTER_OPERATORS == ("eq", "gt")
