@@ -16,6 +16,7 @@ from connector.errors import (
     AuthError,
     ConfigError,
     NotFound,
+    NotSent,
     PermissionDenied,
 )
 from tests.fixtures.server import RunningServer
@@ -186,15 +187,20 @@ def test_the_key_never_shows(
     with Client(server.base_url, key) as client:
         shown.append(repr(client))
         client.create_row(people, {"Name": "x"})
-        for call in (lambda: client.get_table("tbl_nope"),
-                     lambda: client.create_row(people, {"Status": "bad"})):
-            with pytest.raises(Exception) as caught:
-                call()
+        with pytest.raises(NotFound, match=r"^404 not found: table 'tbl_nope' does not exist") \
+                as missing:
+            client.get_table("tbl_nope")
+        with pytest.raises(ApiValidationError,
+                           match=r"^400 invalid value in column 'Status': .* 'bad' is not one") \
+                as invalid:
+            client.create_row(people, {"Status": "bad"})
+        for caught in (missing, invalid):
             shown += [str(caught.value), repr(caught.value), repr(caught.value.args)]
     with Client("http://127.0.0.1:9/v1", key, retry=RetryPolicy.off()) as unreachable, \
-            pytest.raises(Exception) as caught:
+            pytest.raises(NotSent, match=r"^could not connect to .*:9/v1: connection refused") \
+            as refused:
         unreachable.list_tables()
-    shown += [str(caught.value), repr(caught.value)]
+    shown += [str(refused.value), repr(refused.value)]
     out = capsys.readouterr()
     everything = "\n".join([*shown, caplog.text, out.out, out.err])
     assert "127.0.0.1" in everything  # something was logged and shown at all

@@ -15,9 +15,13 @@ from connector.api import Client, RateLimiter, RetryPolicy
 from connector.api.retry import RetryEvent, default_max_wait, resolve_policy
 from connector.errors import (
     ApiError,
+    ApiValidationError,
+    AuthError,
+    BadRequest,
     ConfigError,
     NotFound,
     NotSent,
+    PermissionDenied,
     RateLimited,
     ServerError,
     TransportError,
@@ -92,9 +96,10 @@ def test_patch_and_delete_are_replayed_after_an_ambiguous_failure() -> None:
 
 
 def test_a_delete_whose_replay_finds_the_row_gone_succeeded() -> None:
-    handler, _ = scripted(httpx.ReadTimeout("answer lost"), httpx.Response(404))
+    handler, seen = scripted(httpx.ReadTimeout("answer lost"), httpx.Response(404))
     with client_for(handler) as client:
-        client.delete_row("tbl_1", "row_1")
+        client.delete_row("tbl_1", "row_1")  # no NotFound: the replay's 404 means done
+    assert [(r.method, r.url.path) for r in seen] == [("DELETE", "/v1/tables/tbl_1/rows/row_1")] * 2
 
 
 def test_a_delete_of_a_missing_row_is_not_found_at_first_try() -> None:
@@ -140,10 +145,13 @@ def test_retries_give_up_after_the_attempts() -> None:
     assert len(seen) == FAST.attempts
 
 
-@pytest.mark.parametrize("status", [400, 401, 403, 404, 422])
-def test_client_errors_fail_fast(status: int) -> None:
+@pytest.mark.parametrize(("status", "error"), [
+    (400, BadRequest), (401, AuthError), (403, PermissionDenied), (404, NotFound),
+    (422, ApiValidationError),
+])
+def test_client_errors_fail_fast(status: int, error: type[ApiError]) -> None:
     handler, seen = scripted(httpx.Response(status, json={"error": {"code": "X", "message": "no"}}))
-    with client_for(handler) as client, pytest.raises(ApiError) as caught:
+    with client_for(handler) as client, pytest.raises(error, match=rf"^{status} .*: no") as caught:
         client.list_tables()
     assert len(seen) == 1
     assert caught.value.status == status and not caught.value.retriable

@@ -252,7 +252,6 @@ def test_spark_reads_the_current_data_files(workspace: Workspace, tmp_path: Path
     finds the server's rows. Spark's own Iceberg catalog is not tested: its runtime jar
     (iceberg-spark-runtime) comes from Maven Central, and no PyPI package ships one for
     Spark 4 (the README says so)."""
-    pytest.importorskip("pyspark", reason="Spark is the 'spark' extra")
     job = workspace.job('[tables]\ninclude = ["People"]\n[[destination]]\niceberg = "lake"\n')
     assert workspace.run(job).status == "ok"
     lake = tmp_path / "lake"

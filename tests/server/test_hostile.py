@@ -284,7 +284,6 @@ def peak_rss(pid: int) -> int:
     return int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) * 1024
 
 
-@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")
 def test_a_page_of_huge_rows_keeps_the_server_memory_near_the_response_cap(server: RunningServer) -> None:
     """The issue's case scaled down: 20 rows of 2 MB cells (stored before a cap, or under a
     raised one) read as one page of 100. Unbounded, the server's peak grew by ~3x the 40 MB
