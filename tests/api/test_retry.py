@@ -130,11 +130,11 @@ def test_retry_after_zero_still_backs_off() -> None:
 def test_retries_give_up_after_the_total_time() -> None:
     policy = RetryPolicy(attempts=1000, initial_backoff=0.05, max_backoff=0.1, total_seconds=0.5)
     handler, seen = scripted(httpx.Response(503))
-    started = time.monotonic()
-    with client_for(handler, policy) as client, pytest.raises(ServerError) as caught:
+    client, events = observed(handler, retry=policy)
+    with client, pytest.raises(ServerError) as caught:
         client.list_tables()
-    assert time.monotonic() - started < 1.5
-    assert 2 < len(seen) < 50
+    assert sum(e.seconds for e in events) <= 0.5  # the waits fit the total time
+    assert 2 < len(seen) == len(events) + 1 < 50
     assert caught.value.retriable
 
 
@@ -270,12 +270,9 @@ def test_an_answer_that_cannot_heal_is_not_announced() -> None:
 def test_max_wait_is_the_total_budget() -> None:
     handler, seen = scripted(httpx.Response(503))
     client, events = observed(handler, max_wait=0.6)
-    started = time.monotonic()
     with client, pytest.raises(ServerError):
         client.list_tables()
-    took = time.monotonic() - started
     assert client.retry.total_seconds == 0.6
-    assert took < 1.2
     assert sum(e.seconds for e in events) <= 0.6
     assert len(seen) == len(events) + 1 >= 2
 
@@ -345,10 +342,9 @@ def test_429_faults_are_retried_and_announced(server_factory: ServerFactory) -> 
 def test_a_refused_connection_is_retried_within_the_budget_and_announced() -> None:
     url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     events: list[RetryEvent] = []
-    started = time.monotonic()
-    with Client(url, "k-test", on_retry=events.append, max_wait=0.5) as client, \
+    with Client(url, "k-test", on_retry=events.append, max_wait=1.5) as client, \
             pytest.raises(NotSent, match=f"could not connect to {url}: connection refused"):
         client.list_tables()
-    assert time.monotonic() - started < 2
+    assert sum(e.seconds for e in events) <= 1.5  # within the budget
     assert events and {e.reason for e in events} == {"connection refused"}
     assert [e.attempt for e in events] == list(range(2, len(events) + 2))

@@ -29,7 +29,15 @@ from connector.modes import WriteMode
 from connector.schema import Table, arrow_schema
 from connector.server.demo import SPECS
 from tests.destinations.helpers import apply, config
-from tests.destinations.samples import ROWS, SCHEMA, TABLE, batches, kill_when, numbered
+from tests.destinations.samples import (
+    ROWS,
+    SCHEMA,
+    TABLE,
+    batches,
+    kill_when,
+    numbered,
+    wait_while_running,
+)
 from tests.destinations.test_interrupt import (
     FIRST,
     MORE,
@@ -369,10 +377,8 @@ def test_a_signal_mid_load_keeps_the_previous_table_and_a_rerun_finishes(
     server.insert_rows(table, [{"Sku": f"t{i}"} for i in range(MORE)])
 
     run = start(server, "load", "--to", url, "--json")
-    deadline = time.monotonic() + 30
-    while not holds(run.pid, db):  # the load has the file: rows stream into it as pages come
-        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
-        time.sleep(0.01)
+    # the load has the file: rows stream into it as pages come
+    wait_while_running(run, lambda: holds(run.pid, db))
     time.sleep(0.3)
     assert run.poll() is None
     run.send_signal(signum)
