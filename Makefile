@@ -45,10 +45,11 @@ lint: install
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
-# The fast lane: lint, types and the tests that start no reference server, PostgreSQL or
-# emulator (the rest are marked needs_server from the fixtures they use: tests/fixtures/lanes.py).
+# The fast lane: lint, types and the tests that start no process: no reference server,
+# PostgreSQL or emulator (marked needs_server from the fixtures they use), no command run as
+# a process (marked slow); tests/fixtures/lanes.py fails a test that starts one unmarked.
 check: lint
-	$(BIN)/pytest -n 2 -q -m "not needs_server"
+	$(BIN)/pytest -n 2 -q -m "not needs_server and not slow"
 
 # Three workers on two cores: the tests wait on servers and subprocesses about half the time
 # (1,789 tests on a quiet 2-core machine: 507 s with -n 2, 427 s with -n 3).

@@ -74,6 +74,7 @@ def test_names_that_differ_only_in_case_ask_for_an_id(
     assert f"several tables are named 'Orders' ({lower}, {upper}); use an id" in result.output
 
 
+@pytest.mark.slow
 def test_an_unreachable_server_is_a_failure_from_every_command(sheet: Path, tmp_path: Path) -> None:
     """Exit 1 with one line naming the address, no traceback, from every command; each wait
     before a retry is a line on stderr, and --max-wait bounds them (here 2 s: a first try that

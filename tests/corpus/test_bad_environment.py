@@ -27,6 +27,8 @@ from click.testing import CliRunner
 from connector.cli import main
 from tests.fixtures.server import ROOT, RunningServer, free_port
 
+pytestmark = pytest.mark.needs_server  # orders_server, the module's own
+
 ORDERS = {"name": "Orders", "columns": [{"name": "Sku", "type": "text"}]}
 #: The retry budget of the case that heals by retrying: long enough for a first wait (up to
 #: 0.2 s) after a first try slowed by a busy machine.

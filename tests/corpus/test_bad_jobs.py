@@ -27,6 +27,8 @@ from click.testing import CliRunner
 from connector.cli import main
 from tests.fixtures.server import ROOT, RunningServer
 
+pytestmark = pytest.mark.needs_server  # orders_server, the module's own
+
 ORDERS = {
     "name": "Orders",
     "columns": [{"name": "Sku", "type": "text"}, {"name": "Qty", "type": "number"}],

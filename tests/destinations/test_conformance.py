@@ -54,6 +54,9 @@ PLACES: dict[str, tuple[str, ...]] = {
     "duckdb": ("duckdb",),
     "sql": ("sqlite", "postgresql"),
 }
+#: The fixture of the server or bucket a place is on (the others are local files).
+SERVED = {"postgresql": "postgres_db", "parquet-s3": "s3", "delta-s3": "s3",
+          "postgresql-catalog": "postgres_db"}
 #: Kinds whose places another module makes (and runs this specification with).
 ELSEWHERE = {"iceberg": "tests/destinations/test_iceberg.py"}
 
@@ -74,12 +77,13 @@ def can(capabilities: registry.Capabilities, needed: pytest.Mark | None) -> bool
 def places_of(kinds: Collection[str]) -> Callable[[pytest.Metafunc], None]:
     """A `pytest_generate_tests` giving each test that takes `place` the places of those of
     `kinds` that can run it (`needs`), as ``(kind, place)``; a kind without places gets
-    one, which fails."""
+    one, which fails. A place on a server is marked `needs_server` (tests/fixtures/lanes.py)."""
     def generate(metafunc: pytest.Metafunc) -> None:
         if "place" in metafunc.fixturenames:
             needed = metafunc.definition.get_closest_marker("needs")
             metafunc.parametrize("place", [
-                pytest.param((name, where), id=where)
+                pytest.param((name, where), id=where,
+                             marks=[pytest.mark.needs_server] if where in SERVED else [])
                 for name in kinds if can(registry.kind(name).capabilities, needed)
                 for where in PLACES.get(name, (f"{name} (no place)",))
             ], indirect=True)
@@ -105,12 +109,12 @@ def place(request: pytest.FixtureRequest, tmp_path: Path) -> Place:
         return Place(where, str(tmp_path / "out"))
     if where == "sqlite":
         return Place(where, f"sqlite:///{tmp_path / 'w.db'}")
-    if where == "postgresql":
-        return Place(where, str(request.getfixturevalue("postgres_db")))
     if where == "duckdb":
         return Place(where, f"duckdb:///{tmp_path / 'w.duckdb'}")
-    s3 = request.getfixturevalue("s3")
-    return Place(where, s3.url("lake"), s3)
+    served = request.getfixturevalue(SERVED[where])
+    if where == "postgresql":
+        return Place(where, str(served))
+    return Place(where, served.url("lake"), served)
 
 
 def test_every_kind_of_the_registry_has_a_place() -> None:

@@ -190,6 +190,7 @@ def test_hostile_table_and_column_names_load_safely(db: str) -> None:
     assert read(db, "SELECT count(*) FROM orders") == [(len(ROWS),)]
 
 
+@pytest.mark.slow
 def test_a_database_another_process_holds_is_a_destination_error(db: str) -> None:
     write(db, ROWS)
     holder = subprocess.Popen(
@@ -211,6 +212,7 @@ def test_a_database_another_process_holds_is_a_destination_error(db: str) -> Non
         holder.wait()
 
 
+@pytest.mark.slow
 def test_a_long_write_prints_nothing_on_stdout(db: str) -> None:
     """DuckDB's progress bar (drawn on stdout, a pipe too, for a query past a threshold, here
     lowered to none) would break `load --json`: a connection we open draws none."""

@@ -88,6 +88,7 @@ FAILING: dict[str, tuple[list[str], dict[str, str], int, str]] = {
 }
 
 
+@pytest.mark.needs_server  # shared_server
 @pytest.mark.parametrize("name", list(FAILING))
 def test_json_summary_when_failing_before_the_first_table(
     shared_server: RunningServer, tmp_path: Path, name: str

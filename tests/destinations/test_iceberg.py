@@ -160,8 +160,7 @@ def place(request: pytest.FixtureRequest, tmp_path: Path) -> IcebergPlace:
     _, where = request.param
     if where == "sqlite-catalog":
         return IcebergPlace(str(tmp_path / "lake"))
-    assert where == "postgresql-catalog", where
-    return IcebergPlace(str(tmp_path / "lake"), request.getfixturevalue("postgres_db"))
+    return IcebergPlace(str(tmp_path / "lake"), request.getfixturevalue(spec.SERVED[where]))
 
 
 # --- Iceberg's own ---------------------------------------------------------------------------

@@ -84,6 +84,7 @@ def test_keys_create_for_an_unknown_table_fails_cleanly(server: RunningServer) -
     assert result.exit_code == 2 and "Nope" in result.output
 
 
+@pytest.mark.needs_server  # the serve command, as a process
 def test_serve_demo_prints_a_key_once_and_serves_the_demo(tmp_path: Path) -> None:
     port = free_port()
     db = tmp_path / "demo.db"
@@ -122,6 +123,7 @@ def test_every_option_of_the_server_commands_has_help_and_every_command_its_exit
     assert "TCP port to listen on." in shown.output
 
 
+@pytest.mark.needs_server  # the serve command, as a process
 def test_serve_on_a_taken_port_exits_1(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
