@@ -22,7 +22,7 @@ AZURITE_VERSION ?= 3.37.0
 PIP     := PIP_CONSTRAINT=$(CURDIR)/.ci/constraints.txt $(BIN)/pip install --quiet \
            --no-compile --disable-pip-version-check
 
-.PHONY: install test lint demo docs bench azurite clean
+.PHONY: install check test lint demo docs bench azurite clean
 
 install: $(STAMP)
 
@@ -44,6 +44,12 @@ lint: install
 # The site fails on any broken reference (--strict): a renamed module, a moved command.
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# The fast lane: lint, types and the tests that start no process: no reference server,
+# PostgreSQL or emulator (marked needs_server from the fixtures they use), no command run as
+# a process (marked slow); tests/fixtures/lanes.py fails a test that starts one unmarked.
+check: lint
+	$(BIN)/pytest -n 2 -q -m "not needs_server and not slow"
 
 # Three workers on two cores: the tests wait on servers and subprocesses about half the time
 # (1,789 tests on a quiet 2-core machine: 507 s with -n 2, 427 s with -n 3).

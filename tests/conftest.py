@@ -1,4 +1,5 @@
 pytest_plugins = [
+    "tests.fixtures.lanes",
     "tests.fixtures.server",
     "tests.fixtures.postgres",
     "tests.fixtures.s3",

@@ -278,6 +278,7 @@ def _step_spans(instance: dg.DagsterInstance, run_id: str) -> dict[str, tuple[in
     return {k: (v[0], v[1], v[2]) for k, v in spans.items()}
 
 
+@pytest.mark.slow
 def test_without_dagster_the_import_names_the_extra() -> None:
     """A missing extra is one line naming it (here dagster is made unimportable)."""
     done = subprocess.run(

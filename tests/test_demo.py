@@ -9,8 +9,11 @@ import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from connector.demo import DEMO_DATA, DEMO_FILES
+
+pytestmark = pytest.mark.slow  # the demo, make and git as processes
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from connector.dlt import tabledata
-from connector.errors import SkippedTableWarning, TableNotFound
+from connector.errors import AuthError, SkippedTableWarning, TableNotFound
 from tests.fixtures.server import RunningServer
 
 DEALS = {
@@ -274,7 +274,8 @@ def test_a_wrong_key_fails_with_an_auth_error(
     workspace: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CONNECTOR_API_KEY", "wrong-key")
-    with pytest.raises(Exception, match="401") as info:
+    with pytest.raises(AuthError, match=r"^401 the API key was refused: .* set CONNECTOR_API_KEY") \
+            as info:
         workspace.run()
     assert "wrong-key" not in str(info.value)
 

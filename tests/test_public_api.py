@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import connector
 import connector.api
 
@@ -92,6 +94,7 @@ def test_every_class_of_the_errors_module_is_drawn_in_its_tree() -> None:
         assert f"── {name} " in doc or f"    {name} " in doc, f"{name} is not drawn in the tree"
 
 
+@pytest.mark.slow
 def test_the_modules_naming_our_facts_are_cheap_to_import() -> None:
     """Errors, exit codes, modes and words are read by the CLI: no pandas or SQLAlchemy behind
     them (pyarrow and httpx come with the package itself)."""

@@ -27,6 +27,8 @@ from connector.jobs.config import DEFAULT_LOOKBACK
 from connector.singer.tap import TapTableData
 from tests.fixtures.server import RunningServer
 
+pytestmark = pytest.mark.needs_server  # DEMO, started as the module is collected
+
 TAP = str(Path(sys.executable).with_name("tap-tabledata"))
 
 

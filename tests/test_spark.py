@@ -37,6 +37,7 @@ from connector.spark import TableDataSource
 from tests.fixtures.server import RunningServer
 
 pytestmark = [
+    pytest.mark.needs_server,  # the module's own servers
     pytest.mark.xdist_group("spark"),
     # pyspark 4 warns about pandas 3 when a session starts; nothing here uses pandas
     pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),

@@ -80,6 +80,7 @@ def _heavy(start: Start) -> list[str]:
 # -- what a start imports ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_help_lists_every_command_without_importing_any_command_module() -> None:
     start = _start(["--help"])
     assert start.code == 0, start.stderr
@@ -89,6 +90,7 @@ def test_help_lists_every_command_without_importing_any_command_module() -> None
         assert f"\n  {name} " in listed, name
 
 
+@pytest.mark.slow
 def test_help_reads_exactly_as_with_every_command_loaded() -> None:
     """The static table cannot drift: the help printed without importing the commands is the
     help click prints from the commands themselves."""
@@ -125,6 +127,7 @@ def test_tables_imports_the_http_client_and_no_data_library(server: RunningServe
     assert not start.has("connector.schema") and not start.has("connector.workspace")
 
 
+@pytest.mark.slow
 def test_importing_the_cli_loads_no_data_library_and_leaves_signals_as_they_were() -> None:
     code = (
         "import signal, sys, connector.cli\n"
@@ -136,6 +139,7 @@ def test_importing_the_cli_loads_no_data_library_and_leaves_signals_as_they_were
     assert done.stdout.split() == ["True", "True", "[]"]
 
 
+@pytest.mark.slow
 def test_the_package_loads_its_public_names_on_first_use() -> None:
     code = (
         "import sys, connector\n"
@@ -198,6 +202,7 @@ def _while_the_cli_imports(start: Start) -> bool | None:
     return _aborted_in(start, "click", "connector.cli")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("signum", "code", "line"),
     [(signal.SIGINT, ExitCode.INTERRUPTED, "interrupted"),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
 import httpx
@@ -16,6 +15,7 @@ from connector.errors import (
     AuthError,
     ConfigError,
     NotFound,
+    NotSent,
     PermissionDenied,
 )
 from tests.fixtures.server import RunningServer
@@ -186,15 +186,20 @@ def test_the_key_never_shows(
     with Client(server.base_url, key) as client:
         shown.append(repr(client))
         client.create_row(people, {"Name": "x"})
-        for call in (lambda: client.get_table("tbl_nope"),
-                     lambda: client.create_row(people, {"Status": "bad"})):
-            with pytest.raises(Exception) as caught:
-                call()
+        with pytest.raises(NotFound, match=r"^404 not found: table 'tbl_nope' does not exist") \
+                as missing:
+            client.get_table("tbl_nope")
+        with pytest.raises(ApiValidationError,
+                           match=r"^400 invalid value in column 'Status': .* 'bad' is not one") \
+                as invalid:
+            client.create_row(people, {"Status": "bad"})
+        for caught in (missing, invalid):
             shown += [str(caught.value), repr(caught.value), repr(caught.value.args)]
     with Client("http://127.0.0.1:9/v1", key, retry=RetryPolicy.off()) as unreachable, \
-            pytest.raises(Exception) as caught:
+            pytest.raises(NotSent, match=r"^could not connect to .*:9/v1: connection refused") \
+            as refused:
         unreachable.list_tables()
-    shown += [str(caught.value), repr(caught.value)]
+    shown += [str(refused.value), repr(refused.value)]
     out = capsys.readouterr()
     everything = "\n".join([*shown, caplog.text, out.out, out.err])
     assert "127.0.0.1" in everything  # something was logged and shown at all
@@ -243,10 +248,11 @@ def test_bulk_calls_refuse_more_than_the_maximum_before_sending() -> None:
 def test_a_base_url_that_cannot_work_is_refused_before_any_request(url: str, said: str) -> None:
     from connector.errors import BaseUrlError
 
-    started = time.monotonic()
+    sent: list[httpx.Request] = []
+    transport = httpx.MockTransport(lambda r: sent.append(r) or httpx.Response(200))
     with pytest.raises(BaseUrlError) as caught:
-        Client(url, "k")
-    assert time.monotonic() - started < 0.5
+        Client(url, "k", transport=transport)
+    assert sent == []  # refused before any request
     message = str(caught.value)
     assert message.startswith("base URL must look like https://host/v1: ") and said in message
     assert "CONNECTOR_BASE_URL" in message and "\n" not in message
@@ -267,11 +273,10 @@ def test_a_host_with_no_address_fails_at_once() -> None:
     from connector.errors import BaseUrlError
 
     events: list[Any] = []
-    started = time.monotonic()
     with Client("http://no-such-host.invalid/v1", "k", retry=RetryPolicy(on_retry=events.append)) as client, \
             pytest.raises(BaseUrlError, match=r"the host 'no-such-host.invalid' of the base URL has no address"):
         client.list_tables()
-    assert time.monotonic() - started < 2 and events == []
+    assert events == []  # one try: no retry wait
 
 
 def test_tls_to_a_plain_http_port_fails_at_once(server: RunningServer) -> None:
@@ -279,11 +284,10 @@ def test_tls_to_a_plain_http_port_fails_at_once(server: RunningServer) -> None:
 
     events: list[Any] = []
     url = server.base_url.replace("http://", "https://")
-    started = time.monotonic()
     with Client(url, server.api_key, retry=RetryPolicy(on_retry=events.append)) as client, \
             pytest.raises(BaseUrlError, match=r"TLS with https://127.0.0.1:\d+/v1 failed .*http://") as caught:
         client.list_tables()
-    assert time.monotonic() - started < 2 and events == []
+    assert events == []  # one try: no retry wait
     assert server.api_key not in str(caught.value)
     assert caught.value.exit_code == 2 and not caught.value.retriable
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 
 import httpx
 import pytest
@@ -41,10 +40,9 @@ def test_a_key_that_cannot_be_sent_is_a_configuration_error_naming_its_variable(
     key, said = BAD_KEYS[name]
     sent: list[httpx.Request] = []
     transport = httpx.MockTransport(lambda r: sent.append(r) or httpx.Response(200, json={"tables": []}))
-    started = time.monotonic()
     with pytest.raises(ConfigError) as caught:
         Client("http://api.test/v1", key, transport=transport)
-    assert time.monotonic() - started < 0.5
+    assert sent == []  # refused before any request
     message = str(caught.value)
     assert said in message and "CONNECTOR_API_KEY" in message
     assert "\n" not in message

@@ -15,9 +15,13 @@ from connector.api import Client, RateLimiter, RetryPolicy
 from connector.api.retry import DEFAULT_TOTAL_SECONDS, RetryEvent, default_max_wait, resolve_policy
 from connector.errors import (
     ApiError,
+    ApiValidationError,
+    AuthError,
+    BadRequest,
     ConfigError,
     NotFound,
     NotSent,
+    PermissionDenied,
     RateLimited,
     ServerError,
     TransportError,
@@ -92,9 +96,10 @@ def test_patch_and_delete_are_replayed_after_an_ambiguous_failure() -> None:
 
 
 def test_a_delete_whose_replay_finds_the_row_gone_succeeded() -> None:
-    handler, _ = scripted(httpx.ReadTimeout("answer lost"), httpx.Response(404))
+    handler, seen = scripted(httpx.ReadTimeout("answer lost"), httpx.Response(404))
     with client_for(handler) as client:
-        client.delete_row("tbl_1", "row_1")
+        client.delete_row("tbl_1", "row_1")  # no NotFound: the replay's 404 means done
+    assert [(r.method, r.url.path) for r in seen] == [("DELETE", "/v1/tables/tbl_1/rows/row_1")] * 2
 
 
 def test_a_delete_of_a_missing_row_is_not_found_at_first_try() -> None:
@@ -125,11 +130,11 @@ def test_retry_after_zero_still_backs_off() -> None:
 def test_retries_give_up_after_the_total_time() -> None:
     policy = RetryPolicy(attempts=1000, initial_backoff=0.05, max_backoff=0.1, total_seconds=0.5)
     handler, seen = scripted(httpx.Response(503))
-    started = time.monotonic()
-    with client_for(handler, policy) as client, pytest.raises(ServerError) as caught:
+    client, events = observed(handler, retry=policy)
+    with client, pytest.raises(ServerError) as caught:
         client.list_tables()
-    assert time.monotonic() - started < 1.5
-    assert 2 < len(seen) < 50
+    assert sum(e.seconds for e in events) <= 0.5  # the waits fit the total time
+    assert 2 < len(seen) == len(events) + 1 < 50
     assert caught.value.retriable
 
 
@@ -140,10 +145,13 @@ def test_retries_give_up_after_the_attempts() -> None:
     assert len(seen) == FAST.attempts
 
 
-@pytest.mark.parametrize("status", [400, 401, 403, 404, 422])
-def test_client_errors_fail_fast(status: int) -> None:
+@pytest.mark.parametrize(("status", "error"), [
+    (400, BadRequest), (401, AuthError), (403, PermissionDenied), (404, NotFound),
+    (422, ApiValidationError),
+])
+def test_client_errors_fail_fast(status: int, error: type[ApiError]) -> None:
     handler, seen = scripted(httpx.Response(status, json={"error": {"code": "X", "message": "no"}}))
-    with client_for(handler) as client, pytest.raises(ApiError) as caught:
+    with client_for(handler) as client, pytest.raises(error, match=rf"^{status} .*: no") as caught:
         client.list_tables()
     assert len(seen) == 1
     assert caught.value.status == status and not caught.value.retriable
@@ -265,12 +273,9 @@ def test_an_answer_that_cannot_heal_is_not_announced() -> None:
 def test_max_wait_is_the_total_budget() -> None:
     handler, seen = scripted(httpx.Response(503))
     client, events = observed(handler, RetryPolicy(total_seconds=0.6))
-    started = time.monotonic()
     with client, pytest.raises(ServerError):
         client.list_tables()
-    took = time.monotonic() - started
     assert client.retry.total_seconds == 0.6
-    assert took < 1.2
     assert sum(e.seconds for e in events) <= 0.6
     assert len(seen) == len(events) + 1 >= 2
 
@@ -344,10 +349,9 @@ def test_429_faults_are_retried_and_announced(server_factory: ServerFactory) -> 
 def test_a_refused_connection_is_retried_within_the_budget_and_announced() -> None:
     url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     events: list[RetryEvent] = []
-    started = time.monotonic()
-    with Client(url, "k-test", retry=RetryPolicy(on_retry=events.append, total_seconds=0.5)) as client, \
+    with Client(url, "k-test", retry=RetryPolicy(on_retry=events.append, total_seconds=1.5)) as client, \
             pytest.raises(NotSent, match=f"could not connect to {url}: connection refused"):
         client.list_tables()
-    assert time.monotonic() - started < 2
+    assert sum(e.seconds for e in events) <= 1.5  # within the budget
     assert events and {e.reason for e in events} == {"connection refused"}
     assert [e.attempt for e in events] == list(range(2, len(events) + 2))

@@ -3,9 +3,9 @@
 Unknown keys, wrong types, a secret in the file, ``api_key_env`` holding a key, bad
 ``max_wait``, bad destinations, no destination at all, a misspelt table, bad filters, a push
 naming a column the table lacks, and bad options. Each case asserts the exit code; ONE error
-line on stderr naming the file and the key at fault (or the option); the time taken inside
-the command (under 2 s, measured in-process: a process also pays for its interpreter and
-imports); that the key's value is in no output and no file; and, read back through the API
+line on stderr naming the file and the key at fault (or the option), and nothing else (no
+retry wait: it fails fast), in-process and as a process; that the key's value is in no
+output and no file; and, read back through the API
 and the destination, that nothing was written (no destination file or database table, no
 state file, the table's rows as they were).
 """
@@ -16,7 +16,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,14 +27,12 @@ from click.testing import CliRunner
 from connector.cli import main
 from tests.fixtures.server import ROOT, RunningServer
 
+pytestmark = pytest.mark.needs_server  # orders_server, the module's own
+
 ORDERS = {
     "name": "Orders",
     "columns": [{"name": "Sku", "type": "text"}, {"name": "Qty", "type": "number"}],
 }
-#: Inside the command: failing fast means this.
-COMMAND_SECONDS = 2.0
-#: Wall time for a whole process (interpreter start and imports too).
-PROCESS_SECONDS = 15.0
 OURS = ("CONNECTOR_BASE_URL", "CONNECTOR_API_KEY", "CONNECTOR_MAX_WAIT", "JOB_KEY")
 
 SOURCE = '[source]\napi_key_env = "JOB_KEY"\n'
@@ -194,19 +191,15 @@ def test_a_bad_job_fails_clearly_and_writes_nothing(
     before = _rows(orders_server)
     names = [_fill(n, {**values, "job": str(job)}) for n in case.names]
 
-    # the time inside the command: in-process, where the interpreter is already up
-    started = time.monotonic()
+    # in-process, where the interpreter is already up: the error and no retry wait
     result = CliRunner().invoke(main, args, env={**{n: None for n in OURS}, **env})
-    took = time.monotonic() - started
     assert result.exit_code == case.code, (result.output, result.exception)
-    assert took < COMMAND_SECONDS, took
+    assert "retrying in " not in result.output, result.output
 
     # the exact output: a real process
     process_env = {k: v for k, v in os.environ.items() if k not in OURS}
-    started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "connector", *args], env={**process_env, **env},
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert time.monotonic() - started < PROCESS_SECONDS
     assert done.returncode == case.code, (done.stdout, done.stderr)
     assert done.stdout == ""
     lines = done.stderr.splitlines()

@@ -2,8 +2,8 @@
 
 Each case asserts the exit code; one headline line on stderr that names the row, column, cell
 or setting to fix; the same line as the ``--json`` summary's ``error`` (one summary, also
-when nothing could start); the time taken (nothing here waits on anything); and, read back
-through the API, that the table holds exactly what it held before.
+when nothing could start); that it fails fast (no retry wait: nothing here can heal by
+waiting); and, read back through the API, that the table holds exactly what it held before.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,13 +36,6 @@ SPEC = {
 SEED = [{"Code": "001", "Name": "Ann", "Age": 41, "Status": "active", "Born": "1983-05-01"}]
 HEADER = "Code,Name,Age,Status,Born,Member\n"
 GOOD = "001,Ann,41,active,1983-05-01,TRUE\n"
-#: Time inside the command, as its summary reports it: failing fast means no retry waits
-#: (the retry policy's first waits add up to ~34 s); well under a second on an idle machine,
-#: bounded loosely so a busy CI runner does not fail it.
-COMMAND_SECONDS = 10.0
-#: Wall time for a whole process: interpreter start and imports too (about 1.5 s on an idle
-#: machine, several on a busy CI runner), but far below a retry policy's wait (~34 s).
-PROCESS_SECONDS = 15.0
 
 Make = Callable[[Path], Path]
 
@@ -223,12 +215,10 @@ def test_bad_input_fails_fast_with_one_line_and_writes_nothing(
         argv = ["apply", str(path), *case.args]
     env = {**os.environ, "CONNECTOR_API_KEY": case.extra.get("key", server.api_key)}
 
-    began = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "connector", *argv, "--json", "--base-url", server.base_url],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
     )
-    took = time.monotonic() - began
 
     assert done.returncode == case.code, done.stderr
     lines = done.stderr.splitlines()
@@ -246,8 +236,7 @@ def test_bad_input_fails_fast_with_one_line_and_writes_nothing(
     (push,) = summary["pushes"]
     assert push["status"] == "failed" and push["error"] == headline
     assert (push["created"], push["updated"], push["deleted"], push["rejected"]) == (0, 0, 0, 0)
-    assert summary["seconds"] < COMMAND_SECONDS
-    assert took < PROCESS_SECONDS, f"took {took:.1f} s"
+    assert not [line for line in lines if line.startswith("retrying in ")], done.stderr  # fast
     assert table_rows(server, table_id) == before  # nothing written
     assert not list(tmp_path.glob("*.rejects.csv"))
 

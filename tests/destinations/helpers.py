@@ -8,18 +8,21 @@ with readers that share no code with it.
                                 values as Python sees them) and `types` (each column's kind of
                                 value as the storage itself reports it)
 
-The readers are SQLAlchemy (SQLite, PostgreSQL) and sqlite3, duckdb, deltalake and pyarrow
-(through s3fs on object storage): never `scan`/`stored`, which are under test.
+The readers are SQLAlchemy (SQLite, PostgreSQL) and sqlite3, duckdb, deltalake, pyarrow
+(through s3fs on object storage) and, for CSV, a tokenizer of RFC 4180 here that types each
+cell by its form (quoted: text or a time; bare: a number, a date, ...): never `scan`/`stored`,
+which are under test.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +146,57 @@ def _sql_kind(type_: sa.types.TypeEngine[Any]) -> str:
     return str(type_)
 
 
+#: A CSV cell is typed by its form: a time is quoted ``YYYY-MM-DD hh:mm:ss.ffffffZ``; other
+#: quoted cells are text (so ``""`` is text and an empty bare cell is null); a bare cell is
+#: a checkbox, a date or a number.
+_CSV_CELL = re.compile(r'"((?:[^"]|"")*)"|([^,\n"]*)')
+_CSV_TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}Z")
+_CSV_FORMS = ((re.compile(r"true|false"), CHECKBOX, lambda t: t == "true"),
+              (re.compile(r"\d{4}-\d\d-\d\d"), DATE, date.fromisoformat),
+              (re.compile(r"-?\d+"), INT64, int),
+              (re.compile(r"-?(\d+(\.\d*)?|\.\d+)(e[-+]?\d+)?|-?inf|nan", re.IGNORECASE), NUMBER,
+               float))
+
+
+def csv_records(text: str) -> list[list[tuple[str, bool]]]:
+    """The records of a CSV file (RFC 4180, ``\\n`` line ends) as (text, quoted) cells."""
+    records: list[list[tuple[str, bool]]] = []
+    record: list[tuple[str, bool]] = []
+    at = 0
+    while at < len(text):
+        cell = _CSV_CELL.match(text, at)
+        assert cell is not None
+        quoted, bare = cell.group(1), cell.group(2)
+        record.append((quoted.replace('""', '"'), True) if quoted is not None else (bare, False))
+        at, end = cell.end() + 1, text[cell.end() : cell.end() + 1]
+        if end in ("\n", ""):
+            records.append(record)
+            record = []
+        else:
+            assert end == ",", f"not CSV at byte {cell.end()}: {text[cell.end() - 20 : at + 20]!r}"
+    return records
+
+
+def _csv_cell(text: str, quoted: bool) -> tuple[str | None, Any]:
+    """A cell's kind (None: empty) and value, by its form."""
+    if quoted:
+        return (TIMESTAMP, datetime.fromisoformat(text)) if _CSV_TIME.fullmatch(text) else (TEXT, text)
+    if text == "":
+        return None, None
+    for form, kind, value in _CSV_FORMS:
+        if form.fullmatch(text):
+            return kind, value(text)
+    raise AssertionError(f"a bare CSV cell that is no checkbox, date or number: {text!r}")
+
+
+def _csv_kind(kinds: set[str | None]) -> str:
+    """A column's kind from its cells' kinds: whole numbers among others are numbers."""
+    kinds.discard(None)
+    if kinds == {INT64, NUMBER}:
+        return NUMBER
+    return "/".join(sorted(k for k in kinds if k)) or "empty"
+
+
 _DUCK_KINDS = {"VARCHAR": TEXT, "DOUBLE": NUMBER, "BOOLEAN": CHECKBOX, "DATE": DATE,
                "TIMESTAMP WITH TIME ZONE": TIMESTAMP, "BIGINT": INT64,
                "DECIMAL(38,9)": "decimal(38,9)", "DECIMAL(10,2)": "decimal(10,2)"}
@@ -150,7 +204,7 @@ _DUCK_KINDS = {"VARCHAR": TEXT, "DOUBLE": NUMBER, "BOOLEAN": CHECKBOX, "DATE": D
 
 @dataclass(frozen=True)
 class Place:
-    """One destination under test: `kind` (``parquet``, ``sqlite``, ``postgresql``,
+    """One destination under test: `kind` (``parquet``, ``csv``, ``sqlite``, ``postgresql``,
     ``duckdb``, ``delta``, ``parquet-s3``, ``delta-s3``) at `location`."""
 
     kind: str
@@ -200,7 +254,18 @@ class Place:
         if self.kind == "duckdb":
             return {r[0]: _DUCK_KINDS.get(r[1], r[1])
                     for r in self.duck(f'DESCRIBE "{_dq(name)}"')}
+        if self.kind == "csv":  # no declared types: what the cells' forms say
+            header, *records = csv_records(Path(self._uri(name)).read_text(encoding="utf-8"))
+            return {column: _csv_kind({_csv_cell(*r[i])[0] for r in records})
+                    for i, (column, _) in enumerate(header)}
         return {f.name: arrow_kind(f.type) for f in self._arrow(name).schema}
+
+    def text(self, name: str) -> list[dict[str, str | None]]:
+        """CSV only: every row's cells as written (None: an empty bare cell)."""
+        assert self.kind == "csv"
+        header, *records = csv_records(Path(self._uri(name)).read_text(encoding="utf-8"))
+        return [{column: (cell if quoted or cell else None)
+                 for (column, _), (cell, quoted) in zip(header, r, strict=True)} for r in records]
 
     def storage_classes(self, name: str, column: str) -> set[str]:
         """SQLite only: the storage classes the column's values have (``typeof``): what a
@@ -274,10 +339,20 @@ class Place:
                 return [dict(zip(columns, r, strict=True)) for r in result.fetchall()]
         if not self._exists(name):
             return None
+        if self.kind == "csv":
+            kinds = self.types(name)
+            return [{column: float(value) if kinds[column] == NUMBER and value is not None
+                     else value for column, value in row.items()}
+                    for row in self._csv_values(name)]
         return self._arrow(name).to_pylist()
 
+    def _csv_values(self, name: str) -> list[dict[str, Any]]:
+        header, *records = csv_records(Path(self._uri(name)).read_text(encoding="utf-8"))
+        return [{column: _csv_cell(*cell)[1] for (column, _), cell in zip(header, r, strict=True)}
+                for r in records]
+
     def _uri(self, name: str) -> str:
-        suffix = ".parquet" if self.kind.startswith("parquet") else ""
+        suffix = {"parquet": ".parquet", "csv": ".csv"}.get(self.registry_kind, "")
         return f"{self.location.rstrip('/')}/{name}{suffix}"
 
     def _options(self) -> dict[str, str] | None:

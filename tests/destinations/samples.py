@@ -78,21 +78,27 @@ def batches(rows: list[dict[str, Any]], size: int = 100) -> Iterator[pa.RecordBa
         yield batch(rows[start : start + size])
 
 
+def wait_while_running(proc: subprocess.Popen[Any], ready: Callable[[], bool]) -> None:
+    """Wait until `ready()` is true, failing (with the process's output) if `proc` ends first.
+
+    No deadline of its own: a busy machine only makes the moment later, and a process that
+    never gets there is pytest-timeout's to fail (``timeout`` in pyproject.toml)."""
+    while not ready():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            output = out + (err or "") if isinstance(out, str) else (out or b"").decode(errors="replace")
+            raise AssertionError(f"it ended before it got there (exit {proc.returncode}):\n{output[-3000:]}")
+        time.sleep(0.01)
+
+
 def kill_when(argv: list[str], ready: Callable[[], bool], timeout: float = 60.0) -> None:
     """Run `argv` (from the repo root), SIGKILL it as soon as `ready()` is true.
 
-    Fails if the process ends by itself first, or `ready()` never comes true.
+    Fails if the process ends by itself first (`wait_while_running`).
     """
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
-    deadline = time.monotonic() + timeout
     try:
-        while not ready():
-            if proc.poll() is not None:
-                output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-                raise AssertionError(f"finished before it could be killed:\n{output[-3000:]}")
-            if time.monotonic() > deadline:
-                raise AssertionError("never got to the point where it should be killed")
-            time.sleep(0.01)
+        wait_while_running(proc, ready)
         proc.send_signal(signal.SIGKILL)
     finally:
         if proc.poll() is None and proc.returncode is None:

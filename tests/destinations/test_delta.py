@@ -82,7 +82,7 @@ def test_export_to_delta_keeps_types_and_replaces_in_one_commit(
     assert DeltaTable(str(tmp_path / "lake" / "orders"), version=0).to_pyarrow_table().num_rows == 3
 
 
-@pytest.fixture(params=["s3", "az"])
+@pytest.fixture(params=[pytest.param(p, marks=pytest.mark.needs_server) for p in ("s3", "az")])
 def store(request: pytest.FixtureRequest) -> S3Bucket | AzureContainer:
     """A bucket or container on an object store Delta runs on (gs://: tests/jobs/test_lake_jobs.py)."""
     store: S3Bucket | AzureContainer = request.getfixturevalue(
@@ -114,7 +114,8 @@ def test_export_to_delta_on_object_storage(
     assert sorted(r["Name"] for r in table.to_pyarrow_table().to_pylist()) == sorted([*EXPECTED, "Zed"])
 
 
-@pytest.fixture(params=["local", "s3", "az"])
+@pytest.fixture(
+    params=["local", *(pytest.param(p, marks=pytest.mark.needs_server) for p in ("s3", "az"))])
 def lake(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The folder of Delta tables: a local one, or a prefix on the S3 server or Azurite."""
     if request.param == "local":

@@ -29,7 +29,15 @@ from connector.modes import WriteMode
 from connector.schema import Table, arrow_schema
 from connector.server.demo import SPECS
 from tests.destinations.helpers import apply, config
-from tests.destinations.samples import ROWS, SCHEMA, TABLE, batches, kill_when, numbered
+from tests.destinations.samples import (
+    ROWS,
+    SCHEMA,
+    TABLE,
+    batches,
+    kill_when,
+    numbered,
+    wait_while_running,
+)
 from tests.destinations.test_interrupt import (
     FIRST,
     MORE,
@@ -182,6 +190,7 @@ def test_hostile_table_and_column_names_load_safely(db: str) -> None:
     assert read(db, "SELECT count(*) FROM orders") == [(len(ROWS),)]
 
 
+@pytest.mark.slow
 def test_a_database_another_process_holds_is_a_destination_error(db: str) -> None:
     write(db, ROWS)
     holder = subprocess.Popen(
@@ -203,6 +212,7 @@ def test_a_database_another_process_holds_is_a_destination_error(db: str) -> Non
         holder.wait()
 
 
+@pytest.mark.slow
 def test_a_long_write_prints_nothing_on_stdout(db: str) -> None:
     """DuckDB's progress bar (drawn on stdout, a pipe too, for a query past a threshold, here
     lowered to none) would break `load --json`: a connection we open draws none."""
@@ -369,10 +379,8 @@ def test_a_signal_mid_load_keeps_the_previous_table_and_a_rerun_finishes(
     server.insert_rows(table, [{"Sku": f"t{i}"} for i in range(MORE)])
 
     run = start(server, "load", "--to", url, "--json")
-    deadline = time.monotonic() + 30
-    while not holds(run.pid, db):  # the load has the file: rows stream into it as pages come
-        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
-        time.sleep(0.01)
+    # the load has the file: rows stream into it as pages come
+    wait_while_running(run, lambda: holds(run.pid, db))
     time.sleep(0.3)
     assert run.poll() is None
     run.send_signal(signum)

@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from connector.cli import main
 from connector.destinations.formats import excel_safe, excel_safe_batch
 from connector.destinations.registry import FILE_NAME_BYTES, kind
 from connector.naming import spell
+from tests.destinations.samples import wait_while_running
 from tests.fixtures.server import ROOT, RunningServer, free_port
 
 FORMULAS = ["=1+1", "+41", "-2", "@SUM(A1)", "\tx", "plain", "a=b", ""]
@@ -88,6 +88,7 @@ FAILING: dict[str, tuple[list[str], dict[str, str], int, str]] = {
 }
 
 
+@pytest.mark.needs_server  # shared_server
 @pytest.mark.parametrize("name", list(FAILING))
 def test_json_summary_when_failing_before_the_first_table(
     shared_server: RunningServer, tmp_path: Path, name: str
@@ -238,10 +239,7 @@ def test_a_stopped_first_export_removes_the_folders_it_made(
         [sys.executable, "-m", "connector", "export", "--out", str(out_dir), "--page-size", "50"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    deadline = time.monotonic() + 30
-    while not (out_dir.is_dir() and list(out_dir.glob(".Orders.parquet.*"))):  # mid-write
-        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
-        time.sleep(0.02)
+    wait_while_running(run, lambda: out_dir.is_dir() and bool(list(out_dir.glob(".Orders.parquet.*"))))
     run.send_signal(signal.SIGTERM)
     _, err = run.communicate(timeout=60)
     assert run.returncode == 143, err

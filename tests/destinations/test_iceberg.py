@@ -149,15 +149,18 @@ def _utc(value: Any) -> Any:
 # --- the specification, run against Iceberg ------------------------------------------------------
 
 
-@pytest.fixture(params=["sqlite-catalog", "postgresql-catalog"])
-def place(request: pytest.FixtureRequest, tmp_path: Path) -> IcebergPlace:
-    if request.param == "sqlite-catalog":
-        return IcebergPlace(str(tmp_path / "lake"))
-    return IcebergPlace(str(tmp_path / "lake"), request.getfixturevalue("postgres_db"))
-
-
-# Every test of the specification, collected here with `place` an Iceberg destination.
+# Every test of the specification, collected here with `place` at each of Iceberg's places
+# (`spec.PLACES`) when Iceberg's capabilities can run it.
 globals().update({n: f for n, f in vars(spec).items() if n.startswith("test_")})
+pytest_generate_tests = spec.places_of(["iceberg"])
+
+
+@pytest.fixture
+def place(request: pytest.FixtureRequest, tmp_path: Path) -> IcebergPlace:
+    _, where = request.param
+    if where == "sqlite-catalog":
+        return IcebergPlace(str(tmp_path / "lake"))
+    return IcebergPlace(str(tmp_path / "lake"), request.getfixturevalue(spec.SERVED[where]))
 
 
 # --- Iceberg's own ---------------------------------------------------------------------------

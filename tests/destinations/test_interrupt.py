@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from connector.errors import ExitCode
+from tests.destinations.samples import wait_while_running
 from tests.fixtures.server import ROOT, RunningServer, ServerFactory
 
 SIGNALS = {"SIGINT": (signal.SIGINT, ExitCode.INTERRUPTED, "Ctrl-C"),
@@ -79,10 +80,8 @@ def test_a_signal_mid_export_keeps_the_previous_file(
     server.insert_rows(table, [{"Sku": f"t{i}"} for i in range(MORE)])
 
     run = start(server, "export", "--out", str(out_dir), *(["--json"] if as_json else []))
-    deadline = time.monotonic() + 30
-    while not list(out_dir.glob(".Orders.parquet.*")):  # the new file is being written aside
-        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
-        time.sleep(0.02)
+    # the new file is being written aside
+    wait_while_running(run, lambda: bool(list(out_dir.glob(".Orders.parquet.*"))))
     time.sleep(0.2)
     run.send_signal(signum)
     check_stopped(*finish(run), expected, by, as_json)
@@ -110,11 +109,8 @@ def test_a_signal_mid_load_keeps_the_previous_table(
     server.insert_rows(table, [{"Sku": f"t{i}"} for i in range(MORE)])
 
     run = start(server, "load", "--to", url, "--json")
-    deadline = time.monotonic() + 30
     journal = db.with_name(db.name + "-journal")
-    while not journal.exists():  # the load's transaction is open: batches are going in
-        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
-        time.sleep(0.01)
+    wait_while_running(run, journal.exists)  # the load's transaction is open: batches go in
     time.sleep(0.2)
     run.send_signal(signum)
     check_stopped(*finish(run), expected, by, True)

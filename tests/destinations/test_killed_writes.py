@@ -34,6 +34,8 @@ from tests.destinations.outcomes import (
 from tests.destinations.samples import kill_midway, kill_when, numbered
 from tests.fixtures.server import RunningServer, ServerFactory
 
+pytestmark = pytest.mark.slow  # each kills a process mid-write
+
 FIRST, MORE = 300, 2700
 
 

@@ -199,6 +199,7 @@ apply(config("parquet", sys.argv[1], sys.argv[2]), slow(), deleted=["row_1"], id
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["replace", "merge"])
 def test_a_killed_write_leaves_the_previous_file_and_a_rerun_works(exported: Path, mode: str) -> None:
     before = exported.read_bytes()

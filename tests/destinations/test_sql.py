@@ -29,7 +29,7 @@ from tests.destinations.helpers import apply, config
 from tests.destinations.samples import ROWS, TABLE, batch, batches, kill_midway, numbered
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.needs_server)])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'warehouse.db'}"
@@ -270,6 +270,7 @@ apply(config("url", sys.argv[1]), slow(), mode=sys.argv[2], deleted=["row_1"])
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["replace", "merge"])
 def test_a_killed_write_leaves_the_previous_table_and_a_rerun_works(
     url: str, engine: sa.Engine, tmp_path: Path, mode: str

@@ -239,7 +239,10 @@ from pyspark.sql import SparkSession
 
 spark = (SparkSession.builder.master("local[1]").appName("iceberg-files")
          .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
-         .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+         .config("spark.sql.session.timeZone", "UTC")
+         # a short-lived JVM starts in about half the time (as in tests/test_spark.py)
+         .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+         .getOrCreate())
 frame = spark.read.parquet(*json.loads(sys.argv[1]))
 print(json.dumps([{k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in r.asDict().items()}
                   for r in frame.collect()]))
@@ -252,7 +255,6 @@ def test_spark_reads_the_current_data_files(workspace: Workspace, tmp_path: Path
     finds the server's rows. Spark's own Iceberg catalog is not tested: its runtime jar
     (iceberg-spark-runtime) comes from Maven Central, and no PyPI package ships one for
     Spark 4 (docs/commands.md says so)."""
-    pytest.importorskip("pyspark", reason="Spark is the 'spark' extra")
     job = workspace.job('[tables]\ninclude = ["People"]\n[[destination]]\niceberg = "lake"\n')
     assert workspace.run(job).status == "ok"
     lake = tmp_path / "lake"

@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from connector.cli import main
+from connector.errors import ConfigError
 from tests.fixtures.server import RunningServer
 from tests.jobs.conftest import Workspace, person
 
@@ -126,11 +127,13 @@ def test_two_job_files_of_one_name_in_one_folder_do_not_share_a_state(
     first, second = job("first", "a"), job("second", "b")
     assert workspace.run(first).status == "ok"
 
-    with pytest.raises(Exception) as refused:
+    with pytest.raises(ConfigError) as refused:
         workspace.run(second)
 
-    message = str(refused.value)
-    assert str(first) in message and str(second) in message and "'nightly'" in message
+    assert str(refused.value) == (
+        f"{second}: name: job files {first} and {second} are both named 'nightly' and would "
+        f"share the state file {tmp_path / 'nightly.state.json'}; give one of "
+        "them another name (or another sync.state_dir)")
     assert not (tmp_path / "b").exists()
     assert workspace.run(first).status == "ok"  # the state's own job still runs
 

@@ -49,6 +49,7 @@ def test_a_failed_write_leaves_the_previous_state(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["job.state.json"]
 
 
+@pytest.mark.slow
 def test_a_state_killed_mid_write_is_the_old_or_the_new_never_half(tmp_path: Path) -> None:
     """A writer killed with SIGKILL while saving in a loop never leaves an unreadable file."""
     path = tmp_path / "job.state.json"
@@ -120,6 +121,7 @@ def test_a_waiter_gets_the_lock_when_the_holder_lets_go(tmp_path: Path) -> None:
     assert order == ["first done", "second in"]
 
 
+@pytest.mark.slow
 def test_a_killed_holder_does_not_leave_a_stale_lock(tmp_path: Path) -> None:
     lock = tmp_path / "job.lock"
     script = (

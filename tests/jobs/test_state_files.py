@@ -81,6 +81,7 @@ def read_only(folder: Path) -> list[str]:
     return [unshare, "--mount", "--map-root-user", "sh", "-c", script, "sh", str(folder)]
 
 
+@pytest.mark.slow
 def test_the_read_only_mount_is_real(tmp_path: Path) -> None:
     done = subprocess.run([*read_only(tmp_path), "touch", str(tmp_path / "probe")],
                           capture_output=True, text=True, timeout=60)
@@ -88,6 +89,7 @@ def test_the_read_only_mount_is_real(tmp_path: Path) -> None:
     assert not (tmp_path / "probe").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ran_before", [False, True], ids=["never-ran", "ran-before"])
 def test_a_read_only_job_folder_is_one_line_and_exit_2(tmp_path: Path, ran_before: bool) -> None:
     (tmp_path / "job.toml").write_text(JOB)
@@ -130,6 +132,7 @@ def with_value(path: tuple[str, ...], value: Any) -> bytes:
     return json.dumps(data).encode()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("content", "named"),
     [

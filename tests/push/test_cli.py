@@ -168,6 +168,7 @@ def test_a_plan_that_cannot_be_saved_is_a_clean_error(server: RunningServer, tmp
     assert f"cannot write {plan}" in result.output
 
 
+@pytest.mark.slow
 def test_the_cli_starts_without_pandas() -> None:
     started = subprocess.run(
         [sys.executable, "-c", "import sys, connector.cli; print('pandas' in sys.modules)"],

@@ -84,6 +84,7 @@ def test_keys_create_for_an_unknown_table_fails_cleanly(server: RunningServer) -
     assert result.exit_code == 2 and "Nope" in result.output
 
 
+@pytest.mark.needs_server  # the serve command, as a process
 def test_serve_demo_prints_a_key_once_and_serves_the_demo(tmp_path: Path) -> None:
     port = free_port()
     db = tmp_path / "demo.db"
@@ -122,6 +123,7 @@ def test_every_option_of_the_server_commands_has_help_and_every_command_its_exit
     assert "TCP port to listen on." in shown.output
 
 
+@pytest.mark.needs_server  # the serve command, as a process
 def test_serve_on_a_taken_port_fails_first_with_one_line(tmp_path: Path) -> None:
     """Before any key is printed, any "serving" line, any database made or seeded."""
     env = {k: v for k, v in os.environ.items() if k != "CONNECTOR_DEMO_KEY"}

@@ -119,6 +119,7 @@ def test_a_stamp_that_is_not_a_utc_time_is_refused(server_factory: ServerFactory
         assert admin.get("/_faults").json() == before
 
 
+@pytest.mark.needs_server  # the serve command, as a process
 def test_serve_refuses_a_bad_stamp_flag() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "connector", "serve", "--stamp-updated-at", "yesterday"],
