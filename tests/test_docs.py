@@ -58,6 +58,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow  # mkdocs builds the site
 def test_the_site_opened_from_disk_reaches_every_page_and_every_link_is_a_file(site: Path) -> None:
     """What a browser does with file://: a link is a path to a file (a folder shows a
     listing, not its index.html), and an anchor must be an id of the page it points at."""

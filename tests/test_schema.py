@@ -57,7 +57,8 @@ def test_an_unknown_type_is_text_and_warned_about_once_per_schema() -> None:
 
 
 def test_system_columns_make_way_for_user_columns() -> None:
-    assert TABLE.system_names() == {"id": "__id", "created_at": "_created_at", "updated_at": "_updated_at"}
+    assert TABLE.system_names() == {"id": "__id", "created_at": "_created_at", "updated_at": "_updated_at",
+                                    "deleted_at": "_deleted_at", "deleted": "_deleted"}
     schema = arrow_schema(TABLE)
     assert schema.names == ["__id", "_created_at", "_updated_at", "Name", "Status", "id", "_id"]
     assert schema.field("_created_at").type == pa.timestamp("us", tz="UTC")

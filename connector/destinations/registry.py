@@ -18,13 +18,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
 from connector.errors import ConfigError
 from connector.locations import DEFAULT_TIMEOUT, DatabaseUrl, check_location, is_remote
 from connector.modes import WriteMode
 from connector.naming import NameRules
+
+if TYPE_CHECKING:
+    from connector.schema import Table
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -61,6 +64,20 @@ class Capabilities:
     names: NameRules = field(default_factory=lambda: NameRules(max_bytes=255))
     #: Holds a ``decimal(P,S)`` column exactly (SQLite keeps 15 digits of a NUMERIC).
     decimals: bool = True
+
+    def inexact_columns(self, table: Table) -> list[str]:
+        """What is wrong with each column of `table` this kind cannot hold exactly (a
+        decimal in SQLite), naming the setting that typed it: the runner fails the table
+        with them before any write, and the destination refuses them when called alone."""
+        if self.decimals:
+            return []
+        return [
+            f"{c.typed_by or 'types'}: column {c.name!r} is {c.values}, and it holds no exact "
+            'decimal: type it "text" (the exact digits), "int64" or "float64" for it, or write '
+            "the table to PostgreSQL or DuckDB"
+            for c in table.columns
+            if c.values is not None and c.values.name == "decimal"
+        ]
 
 
 @dataclass(frozen=True)

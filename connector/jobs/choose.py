@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connector.api import Client
-from connector.destinations import Capabilities, Destination
+from connector.destinations import Destination
 from connector.errors import ConfigError, NotFound, PermissionDenied
 from connector.jobs.config import Job, key_path
 from connector.jobs.jobfile import quote
@@ -128,7 +128,7 @@ def _place(
             for d in destinations
             for problem in [
                 *column_problems(_columns(table, job), d.capabilities.names),
-                *_value_problems(table, d.capabilities),
+                *d.capabilities.inexact_columns(table),
             ]
         ]
         if problems:
@@ -142,18 +142,6 @@ def _place(
             kept.append((table, filter))
     chosen.tables = kept
 
-
-def _value_problems(table: Table, capabilities: Capabilities) -> list[str]:
-    """The columns of `table` a destination cannot hold exactly (a decimal in SQLite)."""
-    if capabilities.decimals:
-        return []
-    return [
-        f"{c.typed_by or 'types'}: column {c.name!r} is {c.values}, and it holds no exact "
-        'decimal: type it "text" (the exact digits), "int64" or "float64" for it, or write '
-        "the table to PostgreSQL or DuckDB"
-        for c in table.columns
-        if c.values is not None and c.values.name == "decimal"
-    ]
 
 
 def _columns(table: Table, job: Job) -> list[str]:

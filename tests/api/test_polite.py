@@ -29,6 +29,8 @@ from bench._procs import CountingServer, start
 from connector.api.ratelimit import Learned, RateMemory
 from tests.fixtures.server import ROOT
 
+pytestmark = pytest.mark.needs_server  # every test runs the connector against a server
+
 LIMIT = 25  #: requests a second the server allows the key (its burst allowance too)
 TABLES = 3
 ROWS = 400  #: each: 21 pages of 20 rows (they overlap by one), 63 a read of every table

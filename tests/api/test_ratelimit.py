@@ -531,6 +531,7 @@ def read_all(server: CountingServer, limiter: RateLimiter, *, spent: bool = Fals
     return server.take_counts()
 
 
+@pytest.mark.needs_server  # through the module's counting server
 @pytest.mark.parametrize("form", ["ietf", "draft", "x"])
 def test_a_server_publishing_its_limit_is_read_at_it_without_a_429(
     counting: Callable[..., CountingServer], form: str
@@ -542,6 +543,7 @@ def test_a_server_publishing_its_limit_is_read_at_it_without_a_429(
     assert limiter.learned == pytest.approx(LIMIT, rel=0.1)
 
 
+@pytest.mark.needs_server  # through the module's counting server
 def test_a_server_publishing_nothing_is_learned_from_few_429s(counting: Callable[..., CountingServer]) -> None:
     limiter = RateLimiter()
     # the limit met at once; 2,400 rows (127 pages, 6 s at the limit) to measure it in

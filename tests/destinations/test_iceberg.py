@@ -320,7 +320,7 @@ def test_object_storage_needs_a_shared_catalog(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("catalog", "message"), [
     ("postgresql://me:hunter2@db/warehouse", "holds a password"),
-    ("mysqlx://db/w", "names no database SQLAlchemy knows"),
+    ("mysqlx://db/w", "not a database URL SQLAlchemy knows"),
     ("https://me:hunter2@rest.example/catalog", "holds a password"),
 ])
 def test_a_bad_catalog_setting_is_refused_naming_it(

@@ -89,6 +89,7 @@ def test_an_error_that_stops_the_writes_carries_what_they_wrote(inproc: InProces
     assert (written.file, written.table) == ("DataFrame", "People")
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_a_job_file_with_pushes_is_read_without_pandas(tmp_path: Path) -> None:
     """A job's pushes are read into specs by every sync, also one that never pushes: the push
     package loads its readers (pandas) only when a push runs."""
