@@ -139,11 +139,13 @@ def seed(db: Path, rows: int, name: str) -> str:
 # --- contenders ---------------------------------------------------------------------------
 
 #: A bare read loop: argv base_url, table ids (comma-separated, or * for every table listed),
-#: requests in flight, page size; prints the rows read.
+#: requests in flight, page size, and "schema" to fetch each table's schema too (at once
+#: with its first page, as the connector needs one to type the rows); prints the rows read.
 BARE_READ = """
 import asyncio, os, sys
 import httpx, orjson
 base, ids, n, page = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+schemas = sys.argv[5:] == ["schema"]
 async def main():
     gate = asyncio.Semaphore(n)
     headers = {"Authorization": "Bearer " + os.environ["CONNECTOR_API_KEY"]}
@@ -155,8 +157,16 @@ async def main():
                     "limit": page, "offset": offset, "sort": "created_at", "order": "asc"})
                 r.raise_for_status()
                 return orjson.loads(r.content)
+        async def schema(tid):
+            async with gate:
+                r = await http.get(f"/tables/{tid}")
+                r.raise_for_status()
+                return orjson.loads(r.content)
         async def table(tid):
-            first = await get(tid, 0)
+            if schemas:
+                first, _ = await asyncio.gather(get(tid, 0), schema(tid))
+            else:
+                first = await get(tid, 0)
             rest = await asyncio.gather(*(get(tid, o) for o in range(page, first["total"], page)))
             return len(first["rows"]) + sum(len(p["rows"]) for p in rest)
         if ids == "*":
@@ -241,8 +251,9 @@ def export(server: CountingServer, out: Path, tables: list[str], rows: int) -> C
     return Contender(argv, user_env(server), server, rows, cwd=out.parent)
 
 
-def bare_read(server: CountingServer, ids: str, level: int, rows: int) -> Contender:
-    argv = [sys.executable, "-c", BARE_READ, server.base_url, ids, str(level), str(PAGE)]
+def bare_read(server: CountingServer, ids: str, level: int, rows: int, *, schemas: bool = False) -> Contender:
+    argv = [sys.executable, "-c", BARE_READ, server.base_url, ids, str(level), str(PAGE),
+            *(["schema"] if schemas else [])]
     return Contender(argv, user_env(server), server, rows)
 
 
@@ -463,7 +474,8 @@ def many_tables(root: Path, sizes: Sizes) -> None:
     rows = TABLES * TABLE_ROWS
     server = start(directory, latency_ms=20)
     try:
-        bares = {f"{n} in flight": bare_read(server, "*", n, rows) for n in (*BARE_LEVELS, TABLES)}
+        bares = {f"{n} in flight, with each schema": bare_read(server, "*", n, rows, schemas=True)
+                 for n in (*BARE_LEVELS, TABLES)}
         versus(f"4. export {TABLES} tables of {TABLE_ROWS} rows, server --latency-ms 20",
                export(server, directory / "out", [], rows), bares, sizes.runs, GOAL_TABLES)
     finally:

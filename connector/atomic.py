@@ -18,7 +18,6 @@ import fcntl
 import os
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,20 +40,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     DestinationError naming the file and saying the operating system's error.
     """
     target = Path(path)
-    for attempt in (1, 2):
-        _make_folder(target)
-        try:
-            fd, name = tempfile.mkstemp(
-                dir=target.parent, prefix=f".{target.name}.", suffix=PARTIAL_SUFFIX
-            )
-            break
-        except FileNotFoundError as exc:  # another writer's failure just removed the empty folder
-            if attempt == 2:
-                raise DestinationError(f"cannot write {target}: {_said(exc)}") from exc
-        except OSError as exc:
-            raise DestinationError(f"cannot write {target}: {_said(exc)}") from exc
-    fcntl.flock(fd, fcntl.LOCK_EX)  # held while written: not a dead writer's leftover
-    temp = Path(name)
+    fd, temp = _locked_temp(target)
     _remove_stale(target.parent, temp)
     try:
         yield temp
@@ -76,6 +62,33 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     _kept(target.parent)
 
 
+def _locked_temp(target: Path) -> tuple[int, Path]:
+    """A new temp file beside `target`, open and locked (held while written: not a dead
+    writer's leftover). Between making a file and locking it, another writer may take it for
+    a dead writer's and remove it: then the file locked is no longer at its path, and
+    another is made."""
+    for attempt in range(1, 6):
+        _make_folder(target)
+        try:
+            fd, name = tempfile.mkstemp(
+                dir=target.parent, prefix=f".{target.name}.", suffix=PARTIAL_SUFFIX
+            )
+        except FileNotFoundError as exc:  # another writer's failure just removed the empty folder
+            if attempt == 5:
+                raise DestinationError(f"cannot write {target}: {_said(exc)}") from exc
+            continue
+        except OSError as exc:
+            raise DestinationError(f"cannot write {target}: {_said(exc)}") from exc
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            if os.stat(name).st_ino == os.fstat(fd).st_ino:
+                return fd, Path(name)
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # removed before it was locked: make another
+    raise DestinationError(f"cannot write {target}: its temp files kept being removed")
+
+
 #: Folders this process made for `atomic_path` writes that have not held a finished file
 #: yet: a failed write removes them while empty. Process-wide, because parallel writers
 #: share a new folder and only one of them made it.
@@ -86,11 +99,6 @@ _made_lock = threading.Lock()
 def _said(exc: OSError) -> str:
     """The operating system's words for `exc` (``No such file or directory``)."""
     return exc.strerror or str(exc)
-
-
-#: Seconds an empty temp file is taken for one a writer has just made (between making it
-#: and locking it): a dead writer's is removed once it is older.
-_NEWBORN = 10.0
 
 
 def _remove_stale(folder: Path, ours: Path) -> None:
@@ -110,10 +118,7 @@ def _remove_stale(folder: Path, ours: Path) -> None:
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            status = os.fstat(fd)
-            if status.st_size == 0 and time.time() - status.st_mtime < _NEWBORN:
-                continue  # another writer's, made a moment ago: not locked by it yet
-            path.unlink(missing_ok=True)
+            path.unlink(missing_ok=True)  # a writer that had not locked it yet makes another
         except OSError:  # held: being written
             pass
         finally:

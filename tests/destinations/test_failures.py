@@ -80,7 +80,7 @@ FAILING: dict[str, tuple[list[str], dict[str, str], int, str]] = {
     "--max-concurrency 65": (["load", "--to", "sqlite:///{tmp}/x.db", "--max-concurrency", "65"], {}, 2,
                              "must be an integer from 1 to 64"),
     "bad --to URL": (["load", "--to", "nope://x"], {}, 2,
-                     "--to: names no database SQLAlchemy knows ('nope')"),
+                     "--to: not a database URL SQLAlchemy knows ('nope')"),
     "bad --format": (["export", "--format", "xlsx"], {}, 2, "--format"),
     "unparsable --to": (["load", "--to", "not a url"], {}, 2, "--to: not a database URL"),
     "--to inside a file": (["load", "--to", "sqlite:///{tmp}/file/x.db"], {}, 1,
