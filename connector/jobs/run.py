@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, nullcontext
 from dataclasses import replace
 from functools import partial
@@ -173,9 +174,7 @@ class _Runner:
                 destination: Destination = _located(job, config.where, partial(open_destination, config))
                 stack.callback(destination.close)
                 destinations.append(destination)
-            if not self.dry_run:
-                for destination in destinations:
-                    _located(job, destination.config.where, destination.check)
+            checked = None if self.dry_run else _checking(job, destinations)
             self.client = client = stack.enter_context(Client(
                 self.base_url, self.key, transport=self.options.transport,
                 retry=RetryPolicy(total_seconds=job.source.max_wait, on_retry=self._on_retry()),
@@ -184,10 +183,17 @@ class _Runner:
                 key_source=job.source.key_source(one_shot=job.one_shot, job_file=job.path),
             ))
             chosen = None
-            if destinations:  # a bad filter stops the pushes too
-                chosen = choose(
-                    client, job, destinations, lambda t, n: self.emit("note", table=t, note=n)
-                )
+            try:
+                if destinations:  # a bad filter stops the pushes too
+                    chosen = choose(
+                        client, job, destinations, lambda t, n: self.emit("note", table=t, note=n)
+                    )
+            except Exception:
+                if checked is not None:
+                    checked.result()  # a destination that cannot be written is said first
+                raise
+            if checked is not None:
+                checked.result()
             for spec in job.pushes:
                 raise_if_stopped()
                 self.pushing = spec
@@ -237,6 +243,22 @@ def _owned_state(job: Job) -> JobState:
             "them another name (or another sync.state_dir)"
         )
     return state
+
+
+def _checking(job: Job, destinations: list[Destination]) -> Future[None]:
+    """Check every destination (reachable, writable) on a thread of its own, while the
+    tables are listed and their schemas fetched: opening a catalog imports its library
+    (pyiceberg: a second or more), which the requests need not wait for. Its `result()`
+    raises the first destination's failure."""
+    def check_all() -> None:
+        for destination in destinations:
+            _located(job, destination.config.where, destination.check)
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="check")
+    try:
+        return pool.submit(check_all)
+    finally:
+        pool.shutdown(wait=False)  # the thread ends with the checks
 
 
 def _located(job: Job, where: str, call: Callable[[], Any]) -> Any:
