@@ -91,6 +91,9 @@ class RunContext:
         self.halt = threading.Event()
         self._held = {id(d): threading.Lock() for d in self.destinations}
         self._lock = threading.Lock()  # results, state and events, shared by the threads
+        #: Names waiting to be recorded in each destination, and one recorder at a time each.
+        self._unclaimed: list[dict[str, str]] = [{} for _ in self.destinations]
+        self._claiming = [threading.Lock() for _ in self.destinations]
 
     def targets(self, table: Table) -> list[Target]:
         """`table` in each destination: its rows and its name there."""
@@ -98,13 +101,31 @@ class RunContext:
 
     def claim(self, index: int, target: Target) -> None:
         """Record in destination `index` that `target`'s name holds its table (after its
-        first commit there), unless it already says so."""
+        first commit there), unless it already says so; returns once it is recorded.
+
+        The names of tables committed meanwhile are recorded together: one rewrite of a
+        folder's record for many tables, not one each (200 small tables waited on 200
+        rewrites in turn)."""
         placement, table_id = self.placements[index], target.table.id
+        unclaimed = self._unclaimed[index]
         with self._lock:
             if placement.held.get(target.name) == table_id:
                 return
-            self.destinations[index].claim({target.name: table_id})
-            placement.held[target.name] = table_id
+            unclaimed[target.name] = table_id
+        with self._claiming[index]:
+            with self._lock:
+                names = dict(unclaimed)
+                unclaimed.clear()
+            if not names:
+                return  # recorded with another table's, before this thread's turn
+            try:
+                self.destinations[index].claim(names)
+            except BaseException:
+                with self._lock:
+                    unclaimed.update(names)  # the next recorder tries them again
+                raise
+            with self._lock:
+                placement.held.update(names)
 
     def record(self, result: TableResult) -> TableResult:
         with self._lock:
