@@ -175,15 +175,15 @@ class _Runner:
                 stack.callback(destination.close)
                 destinations.append(destination)
             checked = None if self.dry_run else _checking(job, destinations)
-            self.client = client = stack.enter_context(Client(
-                self.base_url, self.key, transport=self.options.transport,
-                retry=RetryPolicy(total_seconds=job.source.max_wait, on_retry=self._on_retry()),
-                max_concurrency=job.source.max_concurrency, counts=self.options.counts,
-                url_source=job.source.url_source(one_shot=job.one_shot, job_file=job.path),
-                key_source=job.source.key_source(one_shot=job.one_shot, job_file=job.path),
-            ))
             chosen = None
             try:
+                self.client = client = stack.enter_context(Client(
+                    self.base_url, self.key, transport=self.options.transport,
+                    retry=RetryPolicy(total_seconds=job.source.max_wait, on_retry=self._on_retry()),
+                    max_concurrency=job.source.max_concurrency, counts=self.options.counts,
+                    url_source=job.source.url_source(one_shot=job.one_shot, job_file=job.path),
+                    key_source=job.source.key_source(one_shot=job.one_shot, job_file=job.path),
+                ))
                 if destinations:  # a bad filter stops the pushes too
                     chosen = choose(
                         client, job, destinations, lambda t, n: self.emit("note", table=t, note=n)

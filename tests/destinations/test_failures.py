@@ -85,6 +85,12 @@ FAILING: dict[str, tuple[list[str], dict[str, str], int, str]] = {
     "unparsable --to": (["load", "--to", "not a url"], {}, 2, "--to: not a database URL"),
     "--to inside a file": (["load", "--to", "sqlite:///{tmp}/file/x.db"], {}, 1,
                            "cannot create the folder for the database"),
+    # destinations are checked while the tables are listed: a bad one is still said first
+    "--to inside a file, server unreachable": (
+        ["--max-wait", "0.2", "load", "--to", "sqlite:///{tmp}/file/x.db"],
+        {"CONNECTOR_BASE_URL": "http://127.0.0.1:{free}/v1"}, 1, "cannot create the folder for the database"),
+    "--out is a file, key refused": (["export", "--out", "{tmp}/file"],
+                                     {"CONNECTOR_API_KEY": "key_NotAKeyOfThisServer_12345"}, 2, "--out"),
 }
 
 
