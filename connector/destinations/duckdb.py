@@ -50,6 +50,7 @@ from connector.destinations.registry import DestinationConfig, kind
 from connector.errors import DestinationError
 from connector.extras import require
 from connector.naming import NAME_REGISTRY, OWN_PREFIX, fold
+from connector.process import raise_if_stopped
 
 __all__ = ["MEMORY_LIMIT", "READ_ROWS", "THREADS", "DuckdbDestination", "connect", "open_duckdb"]
 
@@ -264,6 +265,12 @@ class DuckdbDestination:
         except duckdb.Error as exc:
             what = f"{doing} {target.name!r} in" if target is not None else doing
             raise DestinationError(f"{what} duckdb:{self.path} failed: {_line(exc)}") from exc
+        except RuntimeError:
+            # a signal during a query on the main thread (reading the table names while the
+            # run chooses its tables): DuckDB runs Python's handler and says "Query
+            # interrupted"; the stop the handler recorded is what ends the run
+            raise_if_stopped()
+            raise
 
 
 def connect(path: str) -> Any:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, date, datetime
@@ -26,6 +28,7 @@ from connector.destinations import Committed, open_destination
 from connector.destinations.evolve import AddColumn
 from connector.errors import ConfigError, DestinationError
 from connector.modes import WriteMode
+from connector.process import stop_signals
 from connector.schema import Table, arrow_schema
 from connector.server.demo import SPECS
 from tests.destinations.helpers import apply, config
@@ -400,3 +403,19 @@ def holds(pid: int, path: Path) -> bool:
     with contextlib.suppress(OSError):
         return any(os.readlink(fd) == str(path) for fd in fds.iterdir())
     return False
+
+
+def test_a_signal_during_a_query_on_the_main_thread_is_the_stop_not_a_runtime_error(tmp_path: Path) -> None:
+    """A run reads a DuckDB file's table names on the main thread while it chooses its tables.
+    DuckDB runs Python's signal handler inside a query and raises ``RuntimeError: Query
+    interrupted`` (a load stopped then printed a traceback and exited 1): the stop is raised."""
+    destination = open_destination(config("url", f"duckdb:///{tmp_path / 'w.duckdb'}"))
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    try:
+        with stop_signals(), pytest.raises(KeyboardInterrupt):
+            timer.start()
+            with destination._failures("reading the table names of", None):  # as held() reads
+                destination._cursor().execute("SELECT sum(i) FROM range(100000000000) t(i)").fetchall()
+    finally:
+        timer.cancel()
+        destination.close()
