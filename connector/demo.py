@@ -37,6 +37,7 @@ from connector.api import Client
 from connector.jobs.config import load_job
 from connector.jobs.context import RunOptions
 from connector.jobs.run import run_job
+from connector.naming import NAME_REGISTRY
 from connector.reporting import describe_event
 from connector.results import RunSummary
 
@@ -161,6 +162,7 @@ def _summary(first: RunSummary, second: RunSummary, out: Path, seconds: float) -
         counts = {
             t: conn.execute(sa.text(f'SELECT count(*) FROM "{t}"')).scalar_one()
             for t in sorted(sa.inspect(conn).get_table_names())
+            if t != NAME_REGISTRY  # which table each name holds: the connector's own record
         }
     engine.dispose()
     print(f"  SQLite row counts: {', '.join(f'{t} {n}' for t, n in counts.items())}")
