@@ -92,7 +92,7 @@ async def apply_plan(
     started = time.perf_counter()
     ids = [d.id for d in plan.deletes]
     try:
-        await _all(run.create(batch) for batch in create_batches(plan.creates, run.max_bytes))
+        await _all(run.create(batch) for batch in plan.batches(run.max_bytes))
         await _all(run.update(update) for update in plan.updates)
         await _all(run.delete(chunk) for chunk in _chunks(ids, MAX_BULK_ROWS))
     except ConnectorError as exc:
