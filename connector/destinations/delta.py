@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import logging
 import os
 import re
 import tempfile
@@ -64,7 +63,7 @@ from connector.destinations.held import FolderRecord, held
 from connector.destinations.panics import quiet_panics
 from connector.destinations.registry import DestinationConfig, kind
 from connector.destinations.rewrite import CountingRows, KeptRows
-from connector.destinations.storage import Store, open_store
+from connector.destinations.storage import Store, open_store, remove_uncommitted
 from connector.extras import require
 from connector.locations import is_remote
 
@@ -76,8 +75,6 @@ _OP = "_connector_op"
 _FEATURE = "Delta Lake destinations"
 #: A commit in a table's log (``_delta_log/00000000000000000003.json``): the names sort by version.
 _COMMIT = re.compile(r"_delta_log/\d{20}\.json")
-
-log = logging.getLogger(__name__)
 
 
 def open_delta(config: DestinationConfig) -> DeltaDestination:
@@ -338,23 +335,16 @@ class DeltaDestination:
         """Remove the files of writes that never committed from the table's folder: those
         written after its last commit (every file, when it has none; in the log, only a
         commit's temporary copy). Best effort: a failure to remove is a warning."""
-        store = open_store(uri, self.config.timeout)
-        try:
-            files = store.tree()
+        def doomed(files: dict[str, float]) -> list[str]:
             commits = sorted(n for n in files if _COMMIT.fullmatch(n))
             last = files[commits[-1]] if commits else None
-            doomed = [
+            return [
                 n for n, written in files.items()
                 if (last is None or written > last)
                 and (not n.startswith("_delta_log/") or "#" in n or n.endswith(".tmp"))
             ]
-            store.remove(doomed)
-            if doomed:
-                log.info("removed %d files no commit of %s refers to", len(doomed), uri)
-        except Exception as exc:  # the write's own outcome matters more
-            log.warning("could not remove the files a failed write left in %s: %s", uri, exc)
-        finally:
-            store.close()
+
+        remove_uncommitted(uri, self.config.timeout, doomed, "commit")
 
     def _failures(self, doing: str, uri: str) -> contextlib.AbstractContextManager[None]:
         """deltalake's and the object store's exceptions as one DestinationError line."""
@@ -431,7 +421,6 @@ def _retyped(table: Any, schema: pa.Schema) -> bool:
 
 def _names(table: Any) -> list[str]:
     return [f.name for f in table.schema().fields]
-
 
 
 def _q(name: str) -> str:

@@ -69,7 +69,7 @@ from connector.destinations.evolve import rename_fields, renames
 from connector.destinations.held import FolderRecord, held
 from connector.destinations.registry import DestinationConfig, kind
 from connector.destinations.rewrite import CountingRows, KeptRows
-from connector.destinations.storage import open_store
+from connector.destinations.storage import open_store, remove_uncommitted
 from connector.errors import ConfigError
 from connector.extras import require
 from connector.locations import DatabaseUrl, is_remote
@@ -93,8 +93,6 @@ MERGE_IDS = 20_000
 CATALOG_NAME = "connector"
 
 _FEATURE = "Apache Iceberg destinations"
-
-log = logging.getLogger(__name__)
 
 
 class _NoMissingStatistics(logging.Filter):
@@ -299,20 +297,13 @@ class IcebergDestination:
         """Remove the files under `location` written after `after`: a time (seconds), a file
         there (its time; none are removed when it is missing), or None: every file. Best
         effort: a failure to remove is a warning."""
-        store = open_store(_local(location), self.config.timeout)
-        try:
-            files = store.tree()
+        def doomed(files: dict[str, float]) -> list[str]:
             since = files.get(after) if isinstance(after, str) else after
             if isinstance(after, str) and since is None:
-                return  # the metadata file is not where it should be: no judging by it
-            doomed = [n for n, written in files.items() if since is None or written > since]
-            store.remove(doomed)
-            if doomed:
-                log.info("removed %d files no snapshot of %s refers to", len(doomed), location)
-        except Exception as exc:  # the write's own outcome matters more
-            log.warning("could not remove the files a failed write left in %s: %s", location, exc)
-        finally:
-            store.close()
+                return []  # the metadata file is not where it should be: no judging by it
+            return [n for n, written in files.items() if since is None or written > since]
+
+        remove_uncommitted(_local(location), self.config.timeout, doomed, "snapshot")
 
     def _failures(self, doing: str, where: str) -> contextlib.AbstractContextManager[None]:
         """pyiceberg's, the catalog database's and the file system's exceptions as one

@@ -26,9 +26,10 @@ it, rather than holding the run for ever.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,7 +38,9 @@ from connector.atomic import atomic_path
 from connector.errors import ConnectorError, DestinationError
 from connector.locations import DEFAULT_TIMEOUT, SCHEMES, filesystem, is_remote
 
-__all__ = ["PART_BYTES", "LocalStore", "ObjectStore", "Store", "open_store"]
+__all__ = ["PART_BYTES", "LocalStore", "ObjectStore", "Store", "open_store", "remove_uncommitted"]
+
+log = logging.getLogger(__name__)
 
 
 #: Bytes of a file an upload holds at a time: a file larger than this goes up in parts of
@@ -87,6 +90,25 @@ class Store(Protocol):
 def open_store(location: str, timeout: float = DEFAULT_TIMEOUT) -> Store:
     """The store for a local directory or an object storage URL."""
     return ObjectStore(location, timeout) if is_remote(location) else LocalStore(Path(location))
+
+
+def remove_uncommitted(
+    location: str, timeout: float, doomed: Callable[[dict[str, float]], list[str]], what: str
+) -> None:
+    """Remove from `location` the files `doomed` picks from its tree (name -> time written):
+    those of writes that never committed (no `what` of the table refers to them), which no
+    reader sees and nothing else would remove. Best effort: a failure to remove is a
+    warning, for the write's own outcome matters more."""
+    store = open_store(location, timeout)
+    try:
+        names = doomed(store.tree())
+        store.remove(names)
+        if names:
+            log.info("removed %d files no %s of %s refers to", len(names), what, location)
+    except Exception as exc:
+        log.warning("could not remove the files a failed write left in %s: %s", location, exc)
+    finally:
+        store.close()
 
 
 class LocalStore:
