@@ -158,7 +158,9 @@ class SqlDestination:
     def _apply(self, target: Target, change: TableChange) -> Committed:
         inexact = self.capabilities.inexact_columns(target.table)
         if inexact:
-            raise ConfigError(f"table {target.table.name!r}: " + "; ".join(inexact))
+            raise ConfigError(
+                f"{self.config.describe()}: table {target.table.name!r}: " + "; ".join(inexact)
+            )
         with (
             self._failures("writing", target),
             transaction(self.engine) as conn,

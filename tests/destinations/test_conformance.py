@@ -726,7 +726,7 @@ MONEY_ROWS: list[dict[str, Any]] = [
 
 def test_decimals_are_held_as_decimals_or_refused_where_they_cannot_be(place: Place) -> None:
     if place.kind == "sqlite":  # SQLite's NUMERIC keeps 15 digits: refused, naming the setting
-        with pytest.raises(ConfigError, match=r"test: column 'Amount' is decimal\(38,9\), and it holds no exact decimal"):
+        with pytest.raises(ConfigError, match=r"^sqlite:///.*w\.db: table 'money': test: column 'Amount' is decimal\(38,9\), and it holds no exact decimal"):
             place.apply(MONEY_ROWS, table=MONEY)
         assert place.tables() == []
         return
