@@ -309,6 +309,10 @@ class AsyncClient(Settings):
     async def create_rows(self, table_id: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
         return await self._send(endpoints.create_rows(table_id, rows))
 
+    async def add_rows(self, table_id: str, rows: Sequence[Mapping[str, Any]]) -> int:
+        """`create_rows` saying only how many rows were created (none is read back)."""
+        return await self._send(endpoints.add_rows(table_id, rows))
+
     async def delete_rows(self, table_id: str, row_ids: Sequence[str]) -> None:
         await self._send(endpoints.delete_rows(table_id, row_ids))
 

@@ -84,7 +84,14 @@ def _read_csv(path: str, data: bytes, markers: frozenset[str]) -> SourceFrame:
     check_header(header, path)
     frame = frame[keep]
     frame.columns = pd.Index(header)
-    return numbered(path, frame, first_row=2)
+    return numbered(path, _typed_text(frame), first_row=2)
+
+
+def _typed_text(frame: pd.DataFrame) -> pd.DataFrame:
+    """Every cell of a CSV is text: its columns typed as text (coerced all at once, not
+    cell by cell), an empty cell null (as a spreadsheet means it)."""
+    typed = frame.astype("string[pyarrow]")
+    return pd.DataFrame({name: cells.mask(cells.eq("").fillna(False)) for name, cells in typed.items()})
 
 
 def _sniff_delimiter(text: str) -> str:

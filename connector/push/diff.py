@@ -286,23 +286,22 @@ def _check_required(prepared: Prepared, creates: Sequence[Create], names: Names)
 
 def _records(frame: pd.DataFrame, table: Table, names: Sequence[str]) -> list[dict[str, Any]]:
     """Rows of `frame` as JSON cell dicts over `names`, leaving out empty cells."""
+    if not names:
+        return [{} for _ in range(len(frame))]
     columns = [wire_values(frame[n], table.column(n)) for n in names]
-    return [
-        {n: v for n, v in zip(names, cells, strict=True) if v is not None}
-        for cells in zip(*columns, strict=True)
-    ] if names else [{} for _ in range(len(frame))]
+    if not any(None in cells for cells in columns):  # no empty cell: every row has every name
+        return [dict(zip(names, cells, strict=True)) for cells in zip(*columns, strict=True)]
+    return [{n: v for n, v in zip(names, cells, strict=True) if v is not None} for cells in zip(*columns, strict=True)]
 
 
 def _creates(prepared: Prepared, positions: np.ndarray[Any, Any]) -> tuple[Create, ...]:
     positions = np.sort(positions)
-    frame = pd.DataFrame(
+    frame = prepared.frame if len(positions) == len(prepared.frame) else pd.DataFrame(
         {n: gather(prepared.frame[n], positions) for n in prepared.columns},
         index=pd.RangeIndex(len(positions)),
-    )
+    )  # every row (positions are distinct): nothing to gather
     records = _records(frame, prepared.table, prepared.columns)
-    return tuple(
-        Create(int(prepared.rows[p]), fields) for p, fields in zip(positions, records, strict=True)
-    )
+    return tuple(map(Create, prepared.rows[positions].tolist(), records))
 
 
 def _deletes(

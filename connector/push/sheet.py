@@ -144,7 +144,9 @@ def numbered(name: str, frame: pd.DataFrame, *, first_row: int) -> SourceFrame:
     rows = np.arange(first_row, first_row + len(frame), dtype=np.int64)
     blank = np.ones(len(frame), dtype=bool)
     for column in frame.columns:
-        text = frame[column].astype("string").str.strip().fillna("")
+        cells = frame[column]
+        text = (cells if isinstance(cells.dtype, pd.StringDtype) else cells.astype("string"))
+        text = text.str.strip().fillna("")
         blank &= (text == "").to_numpy(dtype=bool)
     return SourceFrame(name, frame.loc[~blank].reset_index(drop=True), rows[~blank])
 

@@ -176,7 +176,7 @@ class _Run:
                 if len(batch) == 1:
                     await self.client.create_row(self.table_id, batch[0].fields)
                 else:
-                    await self.client.create_rows(self.table_id, [c.fields for c in batch])
+                    await self.client.add_rows(self.table_id, [c.fields for c in batch])
             finally:
                 if self.bar is not None:
                     self.bar.update(1)

@@ -91,6 +91,17 @@ def test_the_async_core_has_the_same_methods(server: RunningServer, people: str)
     assert blocking - {"run", "stream", "close", "cancel"} <= set(vars(AsyncClient))
 
 
+def test_adding_rows_counts_them_and_the_server_holds_them(server: RunningServer, people: str) -> None:
+    async def scenario() -> int:
+        async with AsyncClient(server.base_url, server.api_key) as client:
+            return await client.add_rows(people, [{"Name": "a", "Age": 2**53 + 1}, {"Name": "b"}])
+
+    assert asyncio.run(scenario()) == 2
+    with Client(server.base_url, server.api_key) as client:
+        held = client.list_rows(people, sort="created_at", order="asc").rows
+    assert [(r.fields["Name"], r.fields.get("Age")) for r in held] == [("a", 2**53 + 1), ("b", None)]
+
+
 def test_a_bad_value_names_its_column(server: RunningServer, people: str) -> None:
     with Client(server.base_url, server.api_key) as client, \
             pytest.raises(ApiValidationError) as caught:
@@ -307,6 +318,8 @@ def _answering(body: Any, status: int = 200) -> Client:
     (lambda c: c.create_row("tbl_1", {}), {"fields": {}}),
     (lambda c: c.create_rows("tbl_1", [{}]), {"rows": [{"fields": {}}]}),
     (lambda c: c.create_rows("tbl_1", [{}]), {"created": 1}),
+    (lambda c: c.run(c.aio.add_rows("tbl_1", [{}])), {"created": 1}),
+    (lambda c: c.run(c.aio.add_rows("tbl_1", [{}])), {"rows": 1}),
     (lambda c: c.update_row("tbl_1", "row_1", {}), ["row_1"]),
 ])
 def test_an_answer_of_an_unexpected_shape_is_a_server_error_at_once(call: Any, body: Any) -> None:
