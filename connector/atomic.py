@@ -18,6 +18,7 @@ import fcntl
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,9 +102,22 @@ def _said(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
+#: Folders swept of dead writers' temp files (`_remove_stale`), and when: a folder is swept
+#: again only after SWEEP_SECONDS, not before each of its writes (a run writing 2,000 files
+#: into one folder listed it 2,000 times).
+_swept: dict[Path, float] = {}
+_swept_lock = threading.Lock()
+SWEEP_SECONDS = 60.0
+
+
 def _remove_stale(folder: Path, ours: Path) -> None:
     """Remove the temp files in `folder` that no writer holds: those of writers that died
     (killed mid-write), which nothing else would ever remove."""
+    now = time.monotonic()
+    with _swept_lock:
+        if now - _swept.get(folder, -SWEEP_SECONDS) < SWEEP_SECONDS:
+            return
+        _swept[folder] = now
     try:
         names = [n for n in os.listdir(folder) if n.startswith(".") and n.endswith(PARTIAL_SUFFIX)]
     except OSError:
