@@ -433,7 +433,8 @@ def lifted(server: CountingServer, directory: Path, table: str, sizes: Sizes) ->
         server.stop()
     after, none = figures["after the lift"], figures["nothing remembered"]
     ratio = none.median / after.median
-    print(f"  export after the limit was lifted (remembered {[v['rate'] for v in learned.values()]} requests a second): "
+    remembered = ", ".join(f"{v['rate']} ({'measured' if v['measured'] else 'a guess'})" for v in learned.values())
+    print(f"  export after the limit was lifted (remembered {remembered} requests a second): "
           f"{after.text()}; remembering nothing {none.text()}; ratio (median vs median) {ratio:.2f} "
           f"(goal >= {GOAL_LIFTED}) -> {verdict(ratio, GOAL_LIFTED)}", flush=True)
 

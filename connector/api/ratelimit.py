@@ -41,7 +41,8 @@ limit probing:
   than the limit allows (its rate over the time plus a full bucket, x ``RAISED``), the limit
   was raised, or lifted: it is forgotten and requests go free. A remembered first guess is
   a start too, probed after ``PROBE_SOON`` seconds of cruise (a start given more than it
-  allows searches on from there), and so is a limit older than ``TRUSTED`` seconds.
+  allows by its first 429 searches on from there; given ``LIFTED`` times as much before
+  one, it is forgotten), and so is a limit older than ``TRUSTED`` seconds.
 
 Measured and published limits are remembered as limits; a first guess as a guess, which never
 replaces a limit. Requests booked before a cut were paced too fast: those still waiting book
@@ -78,6 +79,7 @@ __all__ = [
     "DECREASE",
     "ENV_CACHE_DIR",
     "EXCESS",
+    "LIFTED",
     "MIN_RATE",
     "PROBE_AFTER",
     "PROBE_MAX",
@@ -132,8 +134,10 @@ SHORT = 0.02
 EXCESS = 0.5
 BURST_LEAST = 20.0
 BURST = 100.0
-#: Accepted past the known limit's allowance x this: the limit was raised, or lifted.
+#: Accepted past the known limit's allowance x this: the limit was raised, or lifted. Past a
+#: remembered guess's x LIFTED: no limit is near it (searching up from it took seconds).
 RAISED = 1.1
+LIFTED = 3.0
 #: Pace of a published limit: this share of its rate.
 PUBLISHED_SHARE = 0.99
 #: Requests of a published remaining left unspent (against requests the server sees first).
@@ -211,7 +215,9 @@ class RateLimiter:
         self._epoch = 0  #: how many times the pace was cut
         self._seq = 0  #: bookings made
         self._open: dict[int, float] = {}  #: bookings not answered yet: when each starts
-        self._rtt: float | None = None  # seconds from a start to its answer, on average
+        #: The quickest round trip (a start to its answer): a new connection's is many times
+        #: a kept one's, and a start paced by the first would creep for a fraction of a second.
+        self._rtt: float | None = None
         self._began: float | None = None  # the first booking
         self._bound_at = -math.inf  # the last booking that had to wait: the pace binds
         self._grown_at = 0.0  # when a rising pace last grew
@@ -326,7 +332,7 @@ class RateLimiter:
         """`slot`'s request is no longer on its way; how long it took is a round trip."""
         start = self._open.pop(slot.seq, None) if slot is not None else None
         if start is not None and now >= start:
-            self._rtt = now - start if self._rtt is None else 0.8 * self._rtt + 0.2 * (now - start)
+            self._rtt = now - start if self._rtt is None else min(self._rtt, now - start)
 
     # -- learning ---------------------------------------------------------------------------
 
@@ -423,17 +429,15 @@ class RateLimiter:
 
     def _starting(self, now: float) -> Learned | None:
         """A process starting from a known limit: EXCESS requests a round trip above it, until
-        the bucket runs dry, or more is accepted than the limit could give: then a guess was
-        low (search on from what was given), and a limit was raised or lifted (forget it: go
-        free)."""
+        the bucket runs dry (a guess given more by then searches on from what was given), or
+        more is accepted than the limit could give (x LIFTED for a guess): the limit was raised
+        or lifted (forget it: go free)."""
         if self._rtt:
             self._rate = self._limit + max(BURST_LEAST, min(BURST, EXCESS / self._rtt))
         elapsed = now - (self._began or now)
-        if self.accepted <= RAISED * self._limit * (elapsed + BURST_SECONDS):
-            return None
-        if self._guessed:
-            self._search(self.accepted / (elapsed + BURST_SECONDS), now)
-            return None
+        allowed = self._limit * (elapsed + BURST_SECONDS)
+        if self.accepted <= (LIFTED if self._guessed else RAISED) * allowed:
+            return None  # a guess given a little more starts on: its 429 searches from there
         self._limit, self._phase, self._rate, self._mark = 0.0, _FREE, None, None
         self._epoch += 1
         self._forget = True

@@ -248,6 +248,18 @@ def test_a_limit_since_lifted_is_forgotten_at_once() -> None:
     assert told == [None]  # and the memory forgets it
 
 
+def test_a_guess_remembered_from_a_limit_since_lifted_is_forgotten_within_a_second() -> None:
+    """Searching up from the guess (doubling from a few requests a second) took seconds."""
+    clock = Clock()
+    told: list[Learned | None] = []
+    limiter = RateLimiter(clock=clock, known=Learned(5.0, measured=False), learned=told.append)
+    server = Server(clock, 1e6)
+    seconds = drive(limiter, server, 1000, gap=0.002)
+    assert limiter.rate is None and limiter.learned is None  # free again
+    assert seconds < 1000 * 0.002 + 0.5
+    assert told == [None] and server.statuses[429] == 0
+
+
 @pytest.mark.parametrize("raised", [60.0, 200.0])
 def test_a_raised_limit_is_found(raised: float) -> None:
     clock = Clock()
