@@ -167,32 +167,31 @@ def delete_row(table_id: str, row_id: str) -> Call[None]:
 
 
 def create_rows(table_id: str, rows: Sequence[Mapping[str, Any]]) -> Call[list[Row]]:
-    if not 1 <= len(rows) <= MAX_BULK_ROWS:
-        raise ConfigError(f"create_rows sends 1 to {MAX_BULK_ROWS} rows per request, not {len(rows)}")
-
-    def read(response: httpx.Response) -> list[Row]:
-        data = _body(response)
-        items = data["rows"] if isinstance(data, dict) else data
-        return [Row.from_api(r) for r in items]
-
-    body = {"rows": [{"fields": dict(f)} for f in rows]}
-    return Call("POST", f"/tables/{table_id}/rows/bulk", read, body=body)
+    return _bulk_create("create_rows", table_id, rows, lambda created: [Row.from_api(r) for r in created])
 
 
 def add_rows(table_id: str, rows: Sequence[Mapping[str, Any]]) -> Call[int]:
     """`create_rows` counting the rows created instead of reading each back (a push of many
-    rows needs no more: it sends the fields as they are, not copied)."""
+    rows needs no more)."""
+    return _bulk_create("add_rows", table_id, rows, len)
+
+
+def _bulk_create(
+    name: str, table_id: str, rows: Sequence[Mapping[str, Any]], take: Callable[[list[Any]], T]
+) -> Call[T]:
+    """One bulk create of 1 to `MAX_BULK_ROWS` rows; `take` reads the rows the server created."""
     if not 1 <= len(rows) <= MAX_BULK_ROWS:
-        raise ConfigError(f"add_rows sends 1 to {MAX_BULK_ROWS} rows per request, not {len(rows)}")
+        raise ConfigError(f"{name} sends 1 to {MAX_BULK_ROWS} rows per request, not {len(rows)}")
 
-    def read(response: httpx.Response) -> int:
+    def read(response: httpx.Response) -> T:
         data = _body(response)
-        items = data["rows"] if isinstance(data, dict) else data
-        if not isinstance(items, list):
-            raise TypeError("the created rows are not a list")
-        return len(items)
+        created = data["rows"] if isinstance(data, dict) else data
+        if not isinstance(created, list):
+            raise TypeError("the rows created are not a list")
+        return take(created)
 
-    return Call("POST", f"/tables/{table_id}/rows/bulk", read, body={"rows": [{"fields": f} for f in rows]})
+    fields = [f if type(f) is dict else dict(f) for f in rows]  # orjson writes dicts only
+    return Call("POST", f"/tables/{table_id}/rows/bulk", read, body={"rows": [{"fields": f} for f in fields]})
 
 
 def delete_rows(table_id: str, row_ids: Sequence[str]) -> Call[None]:

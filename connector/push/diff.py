@@ -291,9 +291,10 @@ def _records(frame: pd.DataFrame, table: Table, names: Sequence[str]) -> list[di
     if not names:
         return [{} for _ in range(len(frame))]
     columns = [wire_values(frame[n], table.column(n)) for n in names]
+    rows = zip(*columns, strict=True)
     if not any(None in cells for cells in columns):  # no empty cell: every row has every name
-        return [dict(zip(names, cells, strict=True)) for cells in zip(*columns, strict=True)]
-    return [{n: v for n, v in zip(names, cells, strict=True) if v is not None} for cells in zip(*columns, strict=True)]
+        return [dict(zip(names, cells, strict=True)) for cells in rows]
+    return [{n: v for n, v in zip(names, cells, strict=True) if v is not None} for cells in rows]
 
 
 def _creates(prepared: Prepared, positions: np.ndarray[Any, Any]) -> tuple[Create, ...]:
