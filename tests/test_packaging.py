@@ -81,7 +81,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     done = subprocess.run(
-        [str(venv / "bin" / "pip"), "--disable-pip-version-check", "install", "-q", str(wheel)],
+        [str(venv / "bin" / "pip"), "--disable-pip-version-check", "install", "-q", "--no-compile",
+         str(wheel)],  # bytecode for what is imported, not for every module of every dependency
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
