@@ -183,25 +183,30 @@ async def main():
 asyncio.run(main())
 """
 
-#: A bare PATCH loop: argv base_url, table id, requests in flight, a JSON file of
-#: [[row id, fields], ...]; prints the rows updated.
-BARE_PATCH = """
+#: What the bare write loops share: argv base_url, table id, requests in flight, a JSON file
+#: read before the loop (`data`); then `main` with a client of that many connections (`http`)
+#: and a gate of as many requests in flight (`gate`). Each loop is this and its own body.
+_BARE_WRITES = """
 import asyncio, os, sys
 import httpx, orjson
-base, tid, n, plan = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-updates = orjson.loads(open(plan, "rb").read())
+base, tid, n, path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+data = orjson.loads(open(path, "rb").read())
 async def main():
     gate = asyncio.Semaphore(n)
     headers = {"Authorization": "Bearer " + os.environ["CONNECTOR_API_KEY"],
                "Content-Type": "application/json"}
     limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
     async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=120) as http:
+"""
+
+#: A bare PATCH loop: the JSON file holds [[row id, fields], ...]; prints the rows updated.
+BARE_PATCH = _BARE_WRITES + """
         async def patch(row_id, fields):
             async with gate:
                 r = await http.patch(f"/tables/{tid}/rows/{row_id}", content=orjson.dumps({"fields": fields}))
                 r.raise_for_status()
-        await asyncio.gather(*(patch(i, f) for i, f in updates))
-    print(len(updates))
+        await asyncio.gather(*(patch(i, f) for i, f in data))
+    print(len(data))
 asyncio.run(main())
 """
 
@@ -585,26 +590,16 @@ def push_case(root: Path, sizes: Sizes) -> None:
         server.stop()
 
 
-#: A bare bulk-create loop: argv base_url, table id, requests in flight, a JSON file of the
-#: rows' fields (typed as the API takes them, read before the loop); prints the rows created.
-BARE_CREATE = """
-import asyncio, os, sys
-import httpx, orjson
-base, tid, n, rows = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-rows = orjson.loads(open(rows, "rb").read())
-async def main():
-    gate = asyncio.Semaphore(n)
-    headers = {"Authorization": "Bearer " + os.environ["CONNECTOR_API_KEY"],
-               "Content-Type": "application/json"}
-    limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
-    async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=120) as http:
+#: A bare bulk-create loop: the JSON file holds the rows' fields (typed as the API takes
+#: them); prints the rows created.
+BARE_CREATE = _BARE_WRITES + """
         async def create(chunk):
             async with gate:
                 body = orjson.dumps({"rows": [{"fields": f} for f in chunk]})
                 r = await http.post(f"/tables/{tid}/rows/bulk", content=body)
                 r.raise_for_status()
-        await asyncio.gather(*(create(rows[i:i + 100]) for i in range(0, len(rows), 100)))
-    print(len(rows))
+        await asyncio.gather(*(create(data[i:i + 100]) for i in range(0, len(data), 100)))
+    print(len(data))
 asyncio.run(main())
 """
 
