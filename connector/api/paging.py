@@ -231,9 +231,7 @@ class PageReader:
             # Pages already emitted came in an order we could not trust: read everything again
             # in the server's default order and drop each id emitted before.
             self._key, self._by_key = None, False
-            self._seen = (self._seen or set()).union(self._emitted)
-            del self._emitted[:]
-            self._recent = _Recent(2 * max(self._page_size, MIN_RECENT))
+            self._start_over()
             await self._read()
 
     async def _read(self) -> None:
@@ -244,9 +242,16 @@ class PageReader:
                 edge = await self._resume_by_key(edge)
             else:
                 # Nowhere to resume from: read again from the start, dropping every id emitted.
-                self._seen = (self._seen or set()).union(self._emitted)
-                del self._emitted[:]
+                self._start_over()
                 edge = await self._pass(self._filter)
+
+    def _start_over(self) -> None:
+        """Before a pass from the start: every id emitted is dropped on sight, and the anchors
+        begin afresh. The abandoned pass's rows lie after the new pass's place; taken as emitted
+        lately they would read as the new pass's own, and a repair among them circles."""
+        self._seen = (self._seen or set()).union(self._emitted)
+        del self._emitted[:]
+        self._recent = _Recent(2 * max(self._page_size, MIN_RECENT))
 
     def _count_repair(self) -> None:
         self.resumes += 1

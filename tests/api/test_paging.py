@@ -168,6 +168,40 @@ def test_when_every_row_read_lately_vanished_the_read_resumes_elsewhere(
         assert keyed and starts == 2
 
 
+def test_a_read_started_over_does_not_take_the_abandoned_pass_for_its_own(
+    server_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a server refusing key filters, a read that lost its place reads again from the start.
+    The rows the abandoned pass emitted last are not the new pass's anchors: a shift among
+    them is repaired (a repair found its anchor followed by them only, and circled until
+    `MAX_RESUMES`)."""
+    monkeypatch.setattr(paging, "MAX_SEARCH_WINDOWS", 0)  # a repair's first miss gives up
+    monkeypatch.setattr(paging, "MAX_RESUMES", 30)
+    server = server_factory(refuse_system_filters=True, fault_control=True)
+    table_id, ids = seeded(server, 600)
+    delete = deleter(server, table_id)
+    gone: list[str] = []
+    landed: list[int] = []
+
+    def after_page(n: int, page: list[str]) -> None:
+        if n == 2:  # pages of 10 rows from here: the first pass emits in small steps
+            server.set_faults(max_page_size=10)
+        if page[-1] == ids[306]:  # rows long passed, and the rows read last: the pass gives up
+            doomed = ids[20:100] + ids[290:307]
+        elif page[0] == ids[116]:  # the new pass, two pages into the first pass's last rows
+            doomed = ids[:2] + ids[126:290]  # the next page starts past them all
+        else:
+            return
+        gone.extend(doomed)
+        delete(doomed)
+        landed.append(n)
+
+    emitted, _ = read(server, table_id, transport=Recorder(after_page), page_size=100)
+    assert len(landed) == 2 and stored_ids(server, table_id) == set(ids) - set(gone), "the deletes landed"
+    assert len(emitted) == len(set(emitted))
+    assert set(ids) - set(gone) <= set(emitted)
+
+
 def test_resumes_bound_only_repairs_that_read_nothing_new(
     server_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
