@@ -355,22 +355,33 @@ class PageReader:
         read, stepping back until one holds a row emitted lately, then forward until `page`
         joins on (or is passed). Each window is one consistent read, so the rows after the
         anchor in it are all the rows that followed it then. Every window steps by its own
-        applied limit (a server may cut any of them short)."""
+        applied limit (a server may cut any of them short); a window stepped back to and cut
+        shorter than the step leaves rows above it unseen, which are read before going on
+        back."""
         self._count_repair()
         start = max(0, self._place + 1 - stride // 2)
         back = 0
+        #: Searching back: every row from `seen` up to the first window missed was in a
+        #: window, and `lowest` is where the lowest window began (None: nothing missed yet).
+        seen = lowest = None
         while True:
             window = await self.fetch(filter, start, ask)
             at = self._recent.anchor(window.ids)
             if at is None:
-                if start == 0 or back >= MAX_SEARCH_WINDOWS:
+                lowest = start if lowest is None else min(lowest, start)
+                if seen is None or start + window.limit > seen:
+                    seen = lowest  # the windows from the lowest up are contiguous
+                if seen == 0 or back >= MAX_SEARCH_WINDOWS:
                     last = self._recent.last
                     assert last is not None  # the first page of a pass emits or ends the pass
                     return _Edge(last, self._recent.last_created_at)
                 back += 1
-                start = max(0, start - max(1, window.limit - 1))
+                if seen == lowest:  # back by a window's worth
+                    start = max(0, lowest - max(1, window.limit - 1))
+                else:  # cut shorter than the step back: the rows above it, up to `seen`
+                    start += max(1, window.limit - 1)
                 continue
-            back = 0
+            back, seen, lowest = 0, None, None
             at_last = window.ids[at] == self._recent.last
             moved = await self._emit_from(window, at + 1, start)
             if not moved:

@@ -307,6 +307,41 @@ def test_pages_cut_short_by_size_step_by_their_own_limit(server_factory: ServerF
         assert offsets == sorted(offsets)
 
 
+def test_a_window_searched_back_and_cut_short_leaves_no_rows_unseen_above_it(
+    server_factory: ServerFactory,
+) -> None:
+    """A repair steps back a window's worth (99 rows); where the window there is cut to 4 rows
+    by size, the rows between it and the window above are read before going on back: the row
+    emitted lately among them is found there, and the read neither resumes by key nor starts
+    over (it read back to the table's start, then resumed by key)."""
+    server = server_factory(max_response_bytes=200_000)
+    table_id, ids = seeded(server, 1000)
+    delete = deleter(server, table_id)
+    kept = ids[298:303]  # the oldest rows emitted lately, after pages of 100 up to ids[594]
+
+    def after_page(n: int, page: list[str]) -> None:
+        if n != 6:
+            return
+        # All the rows emitted lately but `kept` vanish: the next page holds none of them, and
+        # so do the repair's windows stepping back from where the read was, until the one at
+        # offset 249, which rows of 40 kB now cut to 4.
+        delete(ids[303:595])
+        with server.client() as http:
+            for row_id in ids[249:259]:
+                answer = http.patch(f"/tables/{table_id}/rows/{row_id}", json={"fields": {"Name": "x" * 40_000}})
+                assert answer.status_code == 200, answer.text
+
+    recorder = Recorder(after_page)
+    emitted, reader = read(server, table_id, transport=recorder, page_size=100)
+    assert stored_ids(server, table_id) == set(ids) - set(ids[303:595]), "the deletes landed"
+    assert set(kept) <= set(emitted) and len(emitted) == len(set(emitted))
+    assert set(ids) - set(ids[303:595]) <= set(emitted)
+    offsets = [r["offset"] for r in recorder.requests]
+    assert all(not r["filter"] for r in recorder.requests), f"the read resumed by key: {offsets}"
+    assert offsets.count(0) == 1, f"the read started over: {offsets}"
+    assert reader.resumes == 1
+
+
 def test_the_first_page_cut_to_two_rows_does_not_set_the_pace(server_factory: ServerFactory) -> None:
     """A huge first row: the first page holds 2 rows (limit 2); the pages after it are full
     again, and the read goes on by their limit, not by 2."""
