@@ -36,6 +36,8 @@ that read no new row end the read; repairs that move it on are not counted.
 
 No id is emitted twice: rows found after an anchor are dropped when emitted lately (the last
 two pages' worth, at least `MIN_RECENT`); every row emitted before those sorts before them.
+Rows come in the read's order: a page read before a later one was emitted may still hold a
+row deleted since, after its anchor; one sorting before the row emitted last is passed over.
 Every page is checked to really come in the order asked (its system key non-decreasing). A
 server that does not honour the sort (or one where no key is free) is read in its default
 order, by offset, and every id already emitted is dropped. For that, emitted ids are
@@ -52,6 +54,7 @@ from __future__ import annotations
 
 import asyncio
 from array import array
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -409,6 +412,7 @@ class PageReader:
         default order some of them may still be dropped as emitted long ago). `offset` is
         where the page was read: the last of those rows becomes the read's place.
         """
+        start = max(start, self._behind(page))
         cells = [column[start:] for column in page.cells] if start else page.cells
         ids = cells[0]
         if not ids:
@@ -438,6 +442,19 @@ class PageReader:
             self._emitted.extend(map(hash, cells[0]))
         await self._emit(cells)
         return moved
+
+    def _behind(self, page: Page) -> int:
+        """How many of `page`'s first rows sort before the row emitted last (reading by
+        ``created_at`` or ``id``). A page read before a later one was emitted may hold a row
+        deleted in between, after the page's anchor: not new, and emitting it would break
+        the read's order, so it is passed over."""
+        if self._key == "created_at":
+            last = self._recent.last_created_at
+        elif self._key == "id":
+            last = self._recent.last
+        else:
+            return 0
+        return 0 if last is None else bisect_left(page.cells[_KEY_CELLS[self._key]], last)
 
     async def _keys_work(self, edge: _Edge) -> bool:
         """Whether we may resume by key: the server filters on the order key, unambiguously.
