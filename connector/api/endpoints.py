@@ -190,8 +190,9 @@ def _bulk_create(
             raise TypeError("the rows created are not a list")
         return take(created)
 
-    fields = [f if type(f) is dict else dict(f) for f in rows]  # orjson writes dicts only
-    return Call("POST", f"/tables/{table_id}/rows/bulk", read, body={"rows": [{"fields": f} for f in fields]})
+    # orjson writes dicts only: another Mapping is copied, a dict sent as it is
+    body = {"rows": [{"fields": f if type(f) is dict else dict(f)} for f in rows]}
+    return Call("POST", f"/tables/{table_id}/rows/bulk", read, body=body)
 
 
 def delete_rows(table_id: str, row_ids: Sequence[str]) -> Call[None]:
