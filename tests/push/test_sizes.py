@@ -13,7 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pandas as pd
+import pytest
 
 from connector.api import Client, RetryPolicy
 from connector.push import PushSpec, push
@@ -51,6 +53,35 @@ def test_batches_are_cut_by_bytes_as_well_as_rows() -> None:
     assert [len(b) for b in create_batches(big)] == [3, 3, 1]  # 3 x 300 kB < 1 MB < 4 x
     huge = [Create(0, {"Code": "a"}), Create(1, {"Text": "x" * (MAX_REQUEST_BYTES + 1)})]
     assert [len(b) for b in create_batches(huge)] == [1, 1]  # a huge row goes alone
+
+
+@pytest.mark.parametrize("max_bytes", [300, 2_000, 9_999, 40_000, MAX_REQUEST_BYTES])
+def test_each_batch_is_as_full_as_its_body_bound_allows(max_bytes: int) -> None:
+    widths = [0, 1, 7, 90, 260, 1_500, 4_000]
+    creates = [
+        Create(i, {"Code": f"c{i}", "Text": "é" * widths[i * 7 % len(widths)], "N": i / 3})
+        for i in range(700)
+    ]
+    batches = create_batches(creates, max_bytes)
+
+    assert [c for b in batches for c in b] == creates
+    for batch, after in zip(batches, [*batches[1:], []], strict=True):
+        assert len(batch) <= 100 and (len(batch) == 1 or body(batch) <= max_bytes)
+        if after:  # the next row would have broken a bound
+            assert len(batch) == 100 or body([*batch, after[0]]) > max_bytes
+
+
+@pytest.mark.parametrize("rows", [2, 37, 100])
+def test_a_batch_is_measured_to_the_byte(rows: int) -> None:
+    creates = [Create(i, {"Code": f"c{i}", "Text": "ü" * (i % 5)}) for i in range(150)]
+    exact = body(creates[:rows])
+    assert len(create_batches(creates, exact)[0]) == rows
+    assert len(create_batches(creates, exact - 1)[0]) == rows - 1
+
+
+def body(batch: list[Create]) -> int:
+    """The bytes of a bulk create's body, as the writer sends it."""
+    return len(orjson.dumps({"rows": [{"fields": c.fields} for c in batch]}))
 
 
 def test_a_413_splits_by_size_a_row_too_large_alone_is_rejected_and_the_rest_goes_in(
