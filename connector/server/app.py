@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -201,11 +202,15 @@ class _Gate:
     `faults` is read afresh by every request: ``PUT /v1/_faults`` may replace it.
     """
 
-    def __init__(self, storage: Storage, faults: Faults, rate_limit: float | None, limits: Limits) -> None:
+    def __init__(
+        self, storage: Storage, faults: Faults, rate_limit: float | None, limits: Limits,
+        clock: Callable[[], float],
+    ) -> None:
         self.storage = storage
         self.faults = faults
-        self.limiter = RateLimiter(rate_limit) if rate_limit else None
-        self.failures = RateLimiter(rate_limit) if rate_limit else None  # by client address
+        self.limiter = RateLimiter(rate_limit, clock) if rate_limit else None
+        #: By client address.
+        self.failures = RateLimiter(rate_limit, clock) if rate_limit else None
         #: Keys that authenticated from each address: a block of the address spares them.
         self.trusted: dict[str, set[str]] = {}
         self.limits = limits
@@ -452,6 +457,7 @@ def create_app(
     rate_limit: float | None = None,
     limits: Limits | None = None,
     fault_control: bool = False,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Starlette:
     """The reference server as an ASGI app over the SQLite file `db_path` (or a `Storage`).
 
@@ -459,10 +465,11 @@ def create_app(
     the requests a second each key may make, `limits` what one request may send, store in a
     text cell and receive, and the longest pause in a body (`limits.Limits`; the bounds of a
     connection are uvicorn's and `connection.Connection`'s, which `serve` sets);
-    `fault_control` adds ``PUT /v1/_faults``.
+    `fault_control` adds ``PUT /v1/_faults``; `clock` is the seconds the rate limits keep
+    time by (a test's own moves only when told).
     """
     storage = db_path if isinstance(db_path, Storage) else Storage(db_path)
-    gate = _Gate(storage, faults or Faults(), rate_limit, limits or Limits())
+    gate = _Gate(storage, faults or Faults(), rate_limit, limits or Limits(), clock)
 
     def route(path: str, **handlers: Handler) -> Route:
         endpoints = {m: gate.endpoint(h, write=m != "GET") for m, h in handlers.items()}

@@ -41,6 +41,17 @@ def key(storage: Storage) -> str:
     return storage.create_key()
 
 
+class Clock:
+    """Seconds that pass only when a test moves them (`now`): a rate limit's tokens come
+    back when the test says, not when a loaded machine happens to be slow."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class InProcess(httpx.BaseTransport):
     """A synchronous face on httpx.ASGITransport: each request runs the app on a fresh loop."""
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-import time
 from pathlib import Path
 
 import httpx
@@ -13,7 +12,7 @@ import pytest
 from connector.server.app import create_app
 from connector.server.keys import ApiKey, hash_key
 from connector.server.storage import Storage
-from tests.server.conftest import PEOPLE, make_client
+from tests.server.conftest import PEOPLE, Clock, make_client
 
 
 @pytest.fixture
@@ -99,7 +98,7 @@ def test_scoped_keys_reject_unknown_tables(storage: Storage) -> None:
 
 def test_rate_limit_is_per_key_with_retry_after(storage: Storage, key: str) -> None:
     other = storage.create_key()
-    with make_client(create_app(storage, rate_limit=3), key) as client:
+    with make_client(create_app(storage, rate_limit=3, clock=Clock()), key) as client:
         statuses = [client.get("/tables").status_code for _ in range(3)]
         limited = client.get("/tables")
         fresh = client.get("/tables", headers={"Authorization": f"Bearer {other}"})
@@ -112,7 +111,7 @@ def test_rate_limit_is_per_key_with_retry_after(storage: Storage, key: str) -> N
 
 def test_failed_authentications_are_limited_per_address_not_charged_to_keys(storage: Storage, key: str) -> None:
     """A key's budget is its own; failures spend the address's (see test_hostile.py for HTTP)."""
-    with make_client(create_app(storage, rate_limit=2), None) as client:
+    with make_client(create_app(storage, rate_limit=2, clock=Clock()), None) as client:
         assert client.get("/tables", headers={"Authorization": f"Bearer {key}"}).status_code == 200
         assert client.get("/tables").status_code == 401
         assert client.get("/tables", headers={"Authorization": f"Bearer {key}"}).status_code == 200
@@ -124,9 +123,10 @@ def test_a_key_that_worked_is_not_held_up_by_failures_from_its_address(storage: 
     one that was already working; a key first seen during the block waits like a guess."""
     other = storage.create_key()
     good = {"Authorization": f"Bearer {key}"}
-    with make_client(create_app(storage, rate_limit=1), None) as client:
+    clock = Clock()
+    with make_client(create_app(storage, rate_limit=1, clock=clock), None) as client:
         assert client.get("/tables", headers=good).status_code == 200
-        time.sleep(1.1)  # the key's own budget back
+        clock.now += 1.1  # the key's own budget back
         assert [client.get("/tables").status_code for _ in range(3)] == [401, 429, 429]
         assert client.get("/tables", headers=good).status_code == 200
         assert client.get("/tables", headers={"Authorization": f"Bearer {other}"}).status_code == 429
@@ -134,7 +134,7 @@ def test_a_key_that_worked_is_not_held_up_by_failures_from_its_address(storage: 
 
 def test_error_messages_never_contain_the_key(storage: Storage, key: str, two_tables: tuple[str, str]) -> None:
     read_only = storage.create_key(read_only=True)
-    with make_client(create_app(storage, rate_limit=1), read_only) as client:
+    with make_client(create_app(storage, rate_limit=1, clock=Clock()), read_only) as client:
         bodies = [
             client.post(f"/tables/{two_tables[0]}/rows", json={"fields": {"Name": "x"}}).text,
             client.get("/tables").text,

@@ -11,15 +11,7 @@ from connector.server.cli import serve
 from connector.server.faults import Faults
 from connector.server.ratelimit import RateLimiter, header_forms
 from connector.server.storage import Storage
-from tests.server.conftest import make_client
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.server.conftest import Clock, make_client
 
 
 def test_a_burst_of_rate_requests_then_one_per_interval() -> None:
@@ -95,7 +87,7 @@ def test_the_header_forms_are_checked() -> None:
 
 
 def test_every_answer_to_a_limited_key_publishes_its_limit(storage: Storage, key: str) -> None:
-    with make_client(create_app(storage, rate_limit=3), key) as client:
+    with make_client(create_app(storage, rate_limit=3, clock=Clock()), key) as client:
         answers = [client.get("/tables"), client.get("/tables/tbl_nope"), client.get("/tables"),
                    client.get("/tables")]
     assert [a.status_code for a in answers] == [200, 404, 200, 429]
