@@ -246,20 +246,26 @@ def create_batches(
     """`creates` in order, cut into bulk requests of at most `max_rows` rows and `max_bytes`
     bytes of body; a row larger than `max_bytes` by itself goes alone.
 
-    The next `max_rows` rows are measured at once (one serialization, not one a row: 300,000
-    rows in 0.08 s, not 0.2 s) and taken whole when they fit; else rows are taken one by one
-    up to the bound, as they would have been."""
+    While batches fill by count, the next `max_rows` rows are measured in one serialization
+    and taken whole when they fit (300,000 short rows: 0.04 s, not 0.1 s a row at a time);
+    after a batch the bytes closed, rows are measured one at a time (about once each: wide rows
+    measured a hundred at a time for a batch of a few were measured many times over)."""
     batches: list[list[Create]] = []
-    start = 0
+    start, by_count = 0, True
     while start < len(creates):
         batch = list(creates[start:start + max_rows])
-        fields = orjson.dumps([c.fields for c in batch])
-        # the list's commas are the body's; its brackets are not
-        if _BODY_BYTES + len(fields) - 2 + len(batch) * _ROW_BYTES > max_bytes:
+        if not (by_count and _body_bytes(batch) <= max_bytes):
             batch = _fitting(batch, max_bytes)
+        by_count = len(batch) == max_rows
         batches.append(batch)
         start += len(batch)
     return batches
+
+
+def _body_bytes(batch: list[Create]) -> int:
+    """The bytes of `batch`'s body, in one serialization of its rows' fields (the list's
+    commas are the body's; its brackets are not)."""
+    return _BODY_BYTES + len(orjson.dumps([c.fields for c in batch])) - 2 + len(batch) * _ROW_BYTES
 
 
 def _fitting(creates: list[Create], max_bytes: int) -> list[Create]:
