@@ -58,7 +58,9 @@ check: lint
 
 # Three workers on two cores: the tests wait on servers and subprocesses about half the time
 # (1,789 tests on a quiet 2-core machine: 507 s with -n 2, 427 s with -n 3; 2,331 tests from a
-# fresh clone on 2026-11-27: 526-575 s with -n 3, CPU-bound: 14-15.5 min of user time).
+# fresh clone on 2026-11-27: 526-575 s with -n 3, CPU-bound: 14-15.5 min of user time;
+# 2,346 tests in one working copy on 2026-11-28, one run each: -n 3 600 s, -n 4 577 s,
+# -n 6 625 s, no failure in any: within a run's noise, so -n 3 stays).
 test: lint docs azurite
 	$(BIN)/pytest -n 3 -q
 
