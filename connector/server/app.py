@@ -209,8 +209,7 @@ class _Gate:
         self.storage = storage
         self.faults = faults
         self.limiter = RateLimiter(rate_limit, clock) if rate_limit else None
-        #: By client address.
-        self.failures = RateLimiter(rate_limit, clock) if rate_limit else None
+        self.failures = RateLimiter(rate_limit, clock) if rate_limit else None  # by client address
         #: Keys that authenticated from each address: a block of the address spares them.
         self.trusted: dict[str, set[str]] = {}
         self.limits = limits
