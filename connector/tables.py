@@ -55,6 +55,8 @@ TABLE_ID = re.compile(r"tbl_[A-Za-z0-9_-]+")
 #: At most this many close matches are suggested, and this many names listed otherwise.
 MAX_SUGGESTIONS = 3
 MAX_LISTED = 10
+#: The most rows the first pages fetched with the schemas may hold together (`select`).
+EARLY_ROWS = 25_000
 
 
 def is_table_id(value: str) -> bool:
@@ -178,11 +180,19 @@ async def select(
     *,
     where: str = "",
     unknown_exclude: Callable[[str], None] | None = None,
+    first_pages: int = 0,
 ) -> Selection:
     """The tables `include` names (default every one the key can read) less `exclude`
     (`selected_ids`), every schema fetched at once. A table the key may not read, or one
     deleted since it was listed, is `refused`; an id the listing lacks that the server does
-    not know is a `TableNotFound`; a refused key (`AuthError`) is raised."""
+    not know is a `TableNotFound`; a refused key (`AuthError`) is raised.
+
+    `first_pages`: the tables will be read in full, in pages of that many rows. Each table
+    the listing counts no more rows in has its one page fetched beside its schema
+    (`AsyncClient.fetch_early`; up to `EARLY_ROWS` rows in all), so a small table costs one
+    round trip, not two, and its read none of its own."""
+    from connector.api.paging import ORDER_KEYS  # here: it brings pyarrow
+
     listing = await client.list_tables()
     ids = selected_ids(listing, include, exclude, where=where, unknown_exclude=unknown_exclude)
     listed = {t.id: t.name for t in listing}
@@ -195,8 +205,16 @@ async def select(
         except ConnectorError as exc:
             return exc
 
+    schemas = asyncio.gather(*map(one, ids))  # sent first: the early pages queue behind them
+    listed_rows = {t.id: t.rows for t in listing}
+    small = [i for i in ids if first_pages and listed_rows.get(i, first_pages + 1) <= first_pages]
+    early = asyncio.gather(*(
+        client.fetch_early(table_id, limit=first_pages, sort=ORDER_KEYS[0])
+        for table_id in small[: EARLY_ROWS // max(first_pages, 1)]
+    ))
+    answers, _ = await asyncio.gather(schemas, early)
     selection = Selection(listing)
-    for table_id, answer in zip(ids, await asyncio.gather(*map(one, ids)), strict=True):
+    for table_id, answer in zip(ids, answers, strict=True):
         if isinstance(answer, NotFound) and table_id not in listed:
             raise table_not_found(listing, table_id) from None
         if isinstance(answer, ConnectorError):

@@ -39,7 +39,7 @@ from connector.api.ratelimit import RateLimiter, Slot
 from connector.api.responses import retry_reason, shape_error, status_error, transport_error
 from connector.api.retry import RetryEvent, RetryPolicy
 from connector.api.settings import Settings, resolve_max_concurrency
-from connector.errors import ApiError, ConfigError
+from connector.errors import ApiError, ConfigError, ConnectorError
 
 if TYPE_CHECKING:  # at run time only where a schema is read: it brings pyarrow
     from connector.schema import Table
@@ -70,6 +70,14 @@ def _async_transport(transport: httpx.BaseTransport | httpx.AsyncBaseTransport) 
     raise ConfigError(
         f"transport must be an httpx transport (sync or async), not {type(transport).__name__}"
     )
+
+
+#: What tells two requests apart: method, path and query.
+_Key = tuple[str, str, tuple[tuple[str, str | int], ...]]
+
+
+def _key(call: Call[Any]) -> _Key:
+    return call.method, call.path, tuple(sorted(call.params.items()))
 
 
 class _SyncTransport(httpx.AsyncBaseTransport):
@@ -143,6 +151,10 @@ class AsyncClient(Settings):
             headers=self._headers(),
             limits=CONNECTION_LIMITS,
         )
+        #: First pages fetched early (`fetch_early`), by table id, with the request each answers.
+        self._early: dict[str, tuple[_Key, RowPage]] = {}
+        #: Writes sent so far: a page fetched early while one went is not kept.
+        self._writes = 0
 
     async def __aenter__(self) -> Self:
         return self
@@ -153,10 +165,31 @@ class AsyncClient(Settings):
         await self.aclose()
 
     async def aclose(self) -> None:
+        self._early.clear()
         await self._http.aclose()
+
+    async def fetch_early(self, table_id: str, *, limit: int, sort: str) -> None:
+        """Fetches now the first page a full read of `table_id` will ask for (`limit` rows
+        by `sort` ascending, unfiltered), so the read waits for no round trip of its own:
+        the first `list_rows` asking exactly that takes this answer instead of sending. A
+        failure is dropped (the read meets it again). A write through this client drops
+        every page fetched early: it may have changed what the read must see."""
+        call = endpoints.list_rows(
+            table_id, limit=limit, offset=0, sort=sort, order="asc", filter=None
+        )
+        writes = self._writes
+        try:
+            page = await self._send(call)
+        except ConnectorError:
+            return
+        if writes == self._writes:
+            self._early[table_id] = (_key(call), page)
 
     async def _send(self, call: Call[T]) -> T:
         """The one request path: pace, send, retry what is safe, map failures to our errors."""
+        if call.method != "GET":
+            self._writes += 1
+            self._early.clear()
         started = time.monotonic()
         try:  # the first try outside tenacity, whose bookkeeping would cost more than it
             return await self._try(call, replay=False)
@@ -293,6 +326,10 @@ class AsyncClient(Settings):
         call = endpoints.list_rows(
             table_id, limit=limit, offset=offset, sort=sort, order=order, filter=filter
         )
+        early = self._early.get(table_id)
+        if early is not None and early[0] == _key(call):
+            del self._early[table_id]
+            return early[1]
         return await self._send(call)
 
     async def create_row(self, table_id: str, fields: Mapping[str, Any]) -> Row:

@@ -60,9 +60,12 @@ def choose(
     job: Job,
     destinations: Sequence[Destination],
     note: Callable[[str, str], None],
+    *,
+    in_full: bool = False,
 ) -> RunPlan:
     """The tables of `job`'s selection, named in each of `destinations`; `note(table, text)`
-    for a selection naming nothing."""
+    for a selection naming nothing. `in_full`: every table will be read in full from its
+    first page, which a small table's schema then brings along (`select`'s `first_pages`)."""
     selection = job.tables
     where = "" if job.one_shot else f"{job.path}: "
     exclude_key = "--exclude" if job.one_shot else "tables.exclude"
@@ -70,6 +73,7 @@ def choose(
         client.aio, selection.include, selection.exclude,
         where=f"{where}{'--table' if job.one_shot else 'tables.include'}: ",
         unknown_exclude=lambda value: note(value, f"{exclude_key} names no table; ignored"),
+        first_pages=job.source.page_size if in_full else 0,
     ))
     summaries = picked.listing
 

@@ -186,7 +186,10 @@ class _Runner:
                 ))
                 if destinations:  # a bad filter stops the pushes too
                     chosen = choose(
-                        client, job, destinations, lambda t, n: self.emit("note", table=t, note=n)
+                        client, job, destinations, lambda t, n: self.emit("note", table=t, note=n),
+                        in_full=not (
+                            job.incremental or job.tables.filters or self.dry_run or self.options.verify
+                        ),
                     )
             except Exception:
                 if checked is not None:
