@@ -55,8 +55,9 @@ TABLE_ID = re.compile(r"tbl_[A-Za-z0-9_-]+")
 #: At most this many close matches are suggested, and this many names listed otherwise.
 MAX_SUGGESTIONS = 3
 MAX_LISTED = 10
-#: The most rows the first pages fetched with the schemas may hold together (`select`).
-EARLY_ROWS = 25_000
+#: The most cells the first pages fetched with the schemas may hold together (`select`):
+#: a page's rows times the listing's columns and the three system fields (tens of MB).
+EARLY_CELLS = 250_000
 
 
 def is_table_id(value: str) -> bool:
@@ -189,7 +190,7 @@ async def select(
 
     `first_pages`: the tables will be read in full, in pages of that many rows. Each table
     the listing counts no more rows in has its one page fetched beside its schema
-    (`AsyncClient.fetch_early`; up to `EARLY_ROWS` rows in all), so a small table costs one
+    (`AsyncClient.fetch_early`; up to `EARLY_CELLS` cells in all), so a small table costs one
     round trip, not two, and its read none of its own."""
     from connector.api.paging import ORDER_KEYS  # here: it brings pyarrow
 
@@ -206,13 +207,13 @@ async def select(
             return exc
 
     schemas = asyncio.gather(*map(one, ids))  # sent first: the early pages queue behind them
-    listed_rows = {t.id: t.rows for t in listing}
-    small = [i for i in ids if first_pages and listed_rows.get(i, first_pages + 1) <= first_pages]
-    early = asyncio.gather(*(
-        client.fetch_early(table_id, limit=first_pages, sort=ORDER_KEYS[0])
-        for table_id in small[: EARLY_ROWS // max(first_pages, 1)]
-    ))
-    answers, _ = await asyncio.gather(schemas, early)
+    early, wanted, room = [], set(ids), EARLY_CELLS
+    for summary in listing if first_pages else ():
+        cells = first_pages * (summary.columns + 3)
+        if summary.id in wanted and summary.rows <= first_pages and cells <= room:
+            early.append(client.fetch_early(summary.id, limit=first_pages, sort=ORDER_KEYS[0]))
+            room -= cells
+    answers, _ = await asyncio.gather(schemas, asyncio.gather(*early))
     selection = Selection(listing)
     for table_id, answer in zip(ids, answers, strict=True):
         if isinstance(answer, NotFound) and table_id not in listed:

@@ -149,11 +149,11 @@ def test_select_fetches_beside_each_schema_the_one_page_of_a_small_table(
     assert [q["sort"] for q in sent.first_pages(shadowed)] == ["created_at", "id"]
 
 
-def test_select_holds_no_more_early_rows_than_its_bound(
+def test_select_holds_no_more_early_cells_than_its_bound(
     server: RunningServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ids = [table(server, n) for n in (1, 2, 3, 4)]
-    monkeypatch.setattr(tables, "EARLY_ROWS", 10)  # two pages of five
+    monkeypatch.setattr(tables, "EARLY_CELLS", 2 * 5 * (1 + 3) + 1)  # two pages of five: N and 3
     sent = Sent()
     with Client(server.base_url, server.api_key, transport=sent) as client:
         client.run(select(client.aio, first_pages=5))
