@@ -6,10 +6,14 @@ window does, from what each answer says:
 
 * **slow start**: from ``INITIAL``, the level doubles every round (a round is as many
   answers as the level: about one round trip) in which it was used in full, the answers
-  were clean and their latency stayed near the fastest seen (within ``START_TOLERANCE``
-  of it, plus ``SLACK``): the server keeps up, so more in flight is more throughput;
-* **congestion avoidance**: once latency rises past that, or after a cut, it grows by one
-  per such round;
+  were clean and the round's quickest answer stayed near the quickest of the round before
+  (within ``START_TOLERANCE`` of it, plus ``SLACK``), up to ``START_CEILING``: the server
+  keeps up, so more in flight is more throughput. The quickest answer, not the mean, as
+  TCP's HyStart++ judges it: the answers of a round that opens new connections are slow
+  whatever the server's load, and a queue at the server slows every answer, the quickest
+  too;
+* **congestion avoidance**: past ``START_CEILING``, once the quickest answer slows, or after
+  a cut, it grows by one per such round;
 * **backing off**: a round with a 5xx or a transport failure multiplies the level by
   ``BACKOFF``; a round whose latency inflated past ``TOLERANCE`` x the fastest (requests
   queue at the server or in our own loop) scales it by how far: ``TOLERANCE`` x fastest
@@ -39,6 +43,7 @@ __all__ = [
     "DEFAULT_MAX_CONCURRENCY",
     "INITIAL",
     "MAX_CONCURRENCY",
+    "START_CEILING",
     "ConcurrencyLimit",
     "check_max_concurrency",
 ]
@@ -50,10 +55,14 @@ MAX_CONCURRENCY = 64
 #: Requests in flight at the start, and the floor of latency-driven cuts.
 INITIAL = 4
 #: A round's mean latency counts as inflated past TOLERANCE x the fastest, plus SLACK
-#: seconds; slow start ends earlier, past START_TOLERANCE x the fastest.
+#: seconds; slow start ends when a round's quickest answer is past START_TOLERANCE x the
+#: quickest of the round before, plus SLACK.
 TOLERANCE = 1.25
 START_TOLERANCE = 1.1
 SLACK = 0.002
+#: Slow start doubles the level up to here, then grows it by one a round: a doubling past it
+#: lands on 32 at once, where a server on a few cores reads slower than at 16.
+START_CEILING = 16
 #: The level after a round with an error answer (5xx, transport failure).
 BACKOFF = 0.7
 #: The deepest cut a round of inflated latency makes (its level times this, at least).
@@ -83,9 +92,13 @@ class ConcurrencyLimit:
         self._in_flight = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._fastest = float("inf")
-        # the current round: answers, their summed latency, errors, and whether it was full
+        #: The quickest answer of the round before: slow start's yardstick.
+        self._last_quickest = float("inf")
+        # the current round: answers, their summed latency and the quickest, errors, and
+        # whether it was full
         self._answers = 0
         self._latency = 0.0
+        self._quickest = float("inf")
         self._errors = 0
         self._full = False
         #: Answers still due to requests sent before the last cut: they tell of the old
@@ -133,6 +146,7 @@ class ConcurrencyLimit:
             return
         if ok:
             self._fastest = min(self._fastest, latency)
+            self._quickest = min(self._quickest, latency)
             self._latency += latency
         else:
             self._errors += 1
@@ -150,12 +164,16 @@ class ConcurrencyLimit:
             gradient = max(EASE, (self._fastest * TOLERANCE + SLACK) / mean)
             self._cut(max(float(self._floor), min(self._level, self._level * gradient)))
         elif self._full:  # the level held us back and the server kept up: offer more
-            if mean > self._fastest * START_TOLERANCE + SLACK:
+            if self._quickest > self._last_quickest * START_TOLERANCE + SLACK:
                 self._slow_start = False
-            grown = self._level * 2 if self._slow_start else self._level + 1
+            grown = self._level + 1
+            if self._slow_start:
+                grown = min(self._level * 2, max(float(START_CEILING), grown))
+                self._slow_start = grown < START_CEILING
             self._level = min(float(self.maximum), grown)
         self.peak = max(self.peak, self.level)
-        self._answers, self._latency, self._errors = 0, 0.0, 0
+        self._last_quickest = self._quickest
+        self._answers, self._latency, self._quickest, self._errors = 0, 0.0, float("inf"), 0
         self._full = self._in_flight >= self.level
 
     def _cut(self, level: float) -> None:

@@ -19,6 +19,7 @@ from connector.api.concurrency import (
     DEFAULT_MAX_CONCURRENCY,
     INITIAL,
     MAX_CONCURRENCY,
+    START_CEILING,
     ConcurrencyLimit,
 )
 from connector.api.retry import RetryPolicy
@@ -45,15 +46,35 @@ def full_round(limit: ConcurrencyLimit, latency: float = 0.02, ok: bool = True) 
     answered(limit, [latency] * limit.level, ok)
 
 
-def test_it_starts_modestly_and_doubles_each_clean_full_round_until_the_first_cut() -> None:
+def test_it_starts_modestly_and_doubles_each_clean_full_round_up_to_its_ceiling() -> None:
     limit = ConcurrencyLimit(32)
     assert limit.level == INITIAL
     levels = []
     for _ in range(4):
         full_round(limit)
         levels.append(limit.level)
-    assert levels == [8, 16, 32, 32]
-    assert limit.peak == 32
+    assert START_CEILING == 16
+    assert levels == [8, 16, 17, 18]  # then one a round: 32 at once reads slower than 16
+    assert limit.peak == 18
+
+
+def test_a_round_that_opens_connections_does_not_end_slow_start() -> None:
+    """Its first answers wait for their connections: the mean is slow, the quickest is not
+    (measured at +20 ms: a mean of 31 ms against a quickest of 26 ms)."""
+    limit = ConcurrencyLimit(32)
+    for _ in range(2):  # each round: three quarters wait for a new connection
+        quick = limit.level // 4
+        answered(limit, [0.033] * (limit.level - quick) + [0.026] * quick)
+    assert limit.level == 16
+
+
+def test_a_round_whose_quickest_answer_slowed_ends_slow_start() -> None:
+    limit = ConcurrencyLimit(32)
+    full_round(limit, 0.02)  # 8
+    full_round(limit, 0.026)  # every answer slower: a queue; not yet past the tolerance
+    assert limit.level == 9
+    full_round(limit, 0.026)
+    assert limit.level == 10
 
 
 def test_an_error_round_cuts_it_and_growth_is_then_one_a_round() -> None:
