@@ -33,6 +33,11 @@ def on_server(server: RunningServer, table_id: str) -> list[tuple[str, Any]]:
     return sorted((r["id"], r["fields"].get("N")) for r in rows)
 
 
+def fetch_early(client: Client, table_id: str, limit: int = 10) -> None:
+    """The table's first page of `limit` rows by creation, fetched ahead of its read."""
+    client.run(client.aio.fetch_early(table_id, limit=limit, sort="created_at"))
+
+
 def read(client: Client, table_id: str, page_size: int) -> list[tuple[str, Any]]:
     arrow = Extraction(client, client.get_table(table_id), page_size=page_size).to_arrow()
     return sorted(zip(arrow.column(0).to_pylist(), arrow.column(3).to_pylist(), strict=True))
@@ -44,7 +49,7 @@ def test_a_read_takes_the_first_page_fetched_early_instead_of_asking_again(
     table_id = table(server, 7)
     sent = Sent()
     with Client(server.base_url, server.api_key, transport=sent) as client:
-        client.run(client.aio.fetch_early(table_id, limit=10, sort="created_at"))
+        fetch_early(client, table_id)
         assert len(sent.first_pages(table_id)) == 1
 
         assert read(client, table_id, 10) == on_server(server, table_id)
@@ -58,7 +63,7 @@ def test_a_page_fetched_early_answers_only_the_request_it_was_fetched_for(
     table_id = table(server, 7)
     sent = Sent()
     with Client(server.base_url, server.api_key, transport=sent) as client:
-        client.run(client.aio.fetch_early(table_id, limit=10, sort="created_at"))
+        fetch_early(client, table_id)
 
         assert read(client, table_id, 5) == on_server(server, table_id)
 
@@ -69,7 +74,7 @@ def test_a_page_fetched_early_is_taken_once(server: RunningServer) -> None:
     table_id = table(server, 3)
     sent = Sent()
     with Client(server.base_url, server.api_key, transport=sent) as client:
-        client.run(client.aio.fetch_early(table_id, limit=10, sort="created_at"))
+        fetch_early(client, table_id)
         server.insert_rows(table_id, [{"N": 99}])  # not through the client: unseen by it
 
         first, again = read(client, table_id, 10), read(client, table_id, 10)
@@ -83,15 +88,15 @@ def test_a_write_through_the_client_drops_every_page_fetched_early(server: Runni
     written, other = table(server, 3), table(server, 4)
     with Client(server.base_url, server.api_key) as client:
         for table_id in (written, other):
-            client.run(client.aio.fetch_early(table_id, limit=10, sort="created_at"))
+            fetch_early(client, table_id)
 
         client.create_rows(written, [{"N": 100}, {"N": 101}])
 
         assert read(client, written, 10) == on_server(server, written)
         assert len(read(client, written, 10)) == 5
-        sent = Sent()
+    sent = Sent()
     with Client(server.base_url, server.api_key, transport=sent) as client:
-        client.run(client.aio.fetch_early(other, limit=10, sort="created_at"))
+        fetch_early(client, other)
         client.delete_rows(written, [on_server(server, written)[0][0]])
 
         assert read(client, other, 10) == on_server(server, other)
@@ -120,7 +125,7 @@ def test_an_early_page_that_failed_leaves_the_read_to_meet_the_failure(
     server: RunningServer,
 ) -> None:
     with Client(server.base_url, server.api_key) as client:
-        client.run(client.aio.fetch_early("tbl_gone", limit=10, sort="created_at"))  # no raise
+        fetch_early(client, "tbl_gone")  # no raise
 
         with pytest.raises(NotFound):
             client.list_rows("tbl_gone", limit=10, offset=0, sort="created_at", order="asc")
@@ -145,7 +150,7 @@ def test_select_fetches_beside_each_schema_the_one_page_of_a_small_table(
     assert [len(sent.first_pages(t)) for t in (small, exact, big)] == [1, 1, 1]
     assert shadowed_rows.num_rows == 2
     # A user's column named created_at makes the read ask by id: the page fetched by
-    # created_at was dropped, not taken.
+    # created_at answers another request, and is not taken.
     assert [q["sort"] for q in sent.first_pages(shadowed)] == ["created_at", "id"]
 
 
