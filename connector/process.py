@@ -6,7 +6,10 @@ transactions roll back, the lock is released, the summary is printed) and end it
 143. Tables run on worker threads and the main thread only waits, so a stop is seen at once
 whatever a destination is doing; a worker that does not unwind within `STOP_GRACE` seconds
 (a library call that cannot be interrupted) is left behind, and the command exits without
-waiting for it (`exit_now`): its destination commits whole or not at all.
+waiting for it (`exit_now`): its destination commits whole or not at all. A call that would
+commit on its own once started (Delta's writes run in native code) is marked
+`uninterruptible`: a stop does not wait for it at all, so the table it writes is left as it
+was unless its commit had landed before the signal.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ __all__ = [
     "interrupt_message",
     "raise_if_stopped",
     "stop_signals",
+    "uninterruptible",
+    "unwaited",
     "use_system_allocator",
 ]
 
@@ -95,6 +100,32 @@ def stop_signals() -> Iterator[None]:
         _signals_active, _stopped = False, None
         signal.signal(signal.SIGINT, previous[0])
         signal.signal(signal.SIGTERM, previous[1])
+
+
+_inside_lock = threading.Lock()
+_inside = 0  # threads within `uninterruptible`
+
+
+@contextmanager
+def uninterruptible() -> Iterator[None]:
+    """Around a library call that commits once started and cannot be interrupted: it does
+    not start after a stop, and a stop does not wait for it (`unwaited`); the process
+    exits while it runs, before its commit."""
+    global _inside
+    raise_if_stopped()
+    with _inside_lock:
+        _inside += 1
+    try:
+        yield
+    finally:
+        with _inside_lock:
+            _inside -= 1
+
+
+def unwaited() -> int:
+    """How many threads a stop need not wait for: those within `uninterruptible` once a
+    signal asked for a stop; none before (an error that ends a run lets commits finish)."""
+    return _inside if _stopped is not None else 0
 
 
 def raise_if_stopped() -> None:

@@ -13,7 +13,8 @@ commit (all of them when it has none). A table is written by one writer at a tim
 runs hold its lock; the name map's record says which table a folder holds), so such a file
 is never another writer's work in progress. deltalake's runtime may panic on its way out of
 a failed write: the panic is kept off stderr (`connector.destinations.panics`), the failure
-is the usual one line.
+is the usual one line. A stop does not wait for a write under way in deltalake's native code
+(`connector.process.uninterruptible`): the process ends before its commit.
 
 **Rows reach deltalake from a local spool, never from a Python iterator.** deltalake runs
 its writes on a Rust runtime whose worker threads would call back into Python (taking the
@@ -66,6 +67,7 @@ from connector.destinations.rewrite import CountingRows, KeptRows
 from connector.destinations.storage import Store, open_store, remove_uncommitted
 from connector.extras import require
 from connector.locations import is_remote
+from connector.process import uninterruptible
 
 __all__ = ["DeltaDestination", "open_delta", "storage_options"]
 
@@ -247,7 +249,7 @@ class DeltaDestination:
 
     def _overwrite(self, uri: str, rows: Iterable[pa.RecordBatch], schema: pa.Schema) -> int:
         fitted = (conform(b, schema) for b in rows)
-        with self._spool(fitted, schema) as (reader, count), quiet_panics():
+        with self._spool(fitted, schema) as (reader, count), quiet_panics(), uninterruptible():
             self.deltalake.write_deltalake(
                 uri, reader, mode="overwrite", schema_mode="overwrite",
                 storage_options=self._options(uri), writer_properties=self._writer,
@@ -296,7 +298,7 @@ class DeltaDestination:
                     merger = merger.when_matched_update({mark: f"{s}.{mark}"}, stamped)
                 else:
                     merger = merger.when_matched_delete(delete)
-            with quiet_panics():
+            with quiet_panics(), uninterruptible():
                 metrics = merger.when_not_matched_insert(every, upsert).execute()
         inserted = int(metrics.get("num_target_rows_inserted", 0))
         if not merging:

@@ -73,6 +73,7 @@ from connector.destinations.storage import open_store, remove_uncommitted
 from connector.errors import ConfigError
 from connector.extras import require
 from connector.locations import DatabaseUrl, is_remote
+from connector.process import uninterruptible
 
 __all__ = ["CATALOG_FILE", "CHUNK_BYTES", "MERGE_IDS", "NAMESPACE", "IcebergDestination",
            "open_iceberg"]
@@ -271,14 +272,16 @@ class IcebergDestination:
                     self._sweep(location, None)
                 with _removed_on_failure(location, lambda since: self._sweep(location, since)):
                     done = Committed(written=_append(txn, change.rows, schema))
-                    txn.commit_transaction()
+                    with uninterruptible():
+                        txn.commit_transaction()
                 return done
             self._sweep_table(table)  # what a killed write left (on a full disk: the room it took)
             try:
                 txn = table.transaction()
                 rewrite = _evolve(txn, table, schema, renames(change.evolve))
                 done = _write(txn, table, target, change, schema, rewrite=rewrite)
-                txn.commit_transaction()
+                with uninterruptible():  # a stop before it: nothing committed
+                    txn.commit_transaction()
             except BaseException:
                 with contextlib.suppress(Exception):
                     self._sweep_table(self._catalog.load_table(self._identifier(target)))

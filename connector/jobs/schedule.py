@@ -23,7 +23,7 @@ from connector.errors import AuthError, ConfigError, ConnectorError, PermissionD
 from connector.jobs.choose import Filter, RunPlan
 from connector.jobs.context import RunContext
 from connector.jobs.table import TableSync
-from connector.process import STOP_GRACE, TABLE_THREADS, raise_if_stopped
+from connector.process import STOP_GRACE, TABLE_THREADS, raise_if_stopped, unwaited
 from connector.progress import Progress, progress
 from connector.results import TableResult
 from connector.schema import Table
@@ -97,16 +97,13 @@ def _settle(
 
 def _wait_a_little(futures: list[Future[TableResult | None]]) -> None:
     """Wait up to `STOP_GRACE` seconds for the tables in flight to unwind (their writes roll
-    back), then leave the ones still running behind."""
+    back), but not for those inside a call that would commit (`uninterruptible`), then leave
+    the ones still running behind."""
     deadline = time.monotonic() + STOP_GRACE
-    for future in futures:
-        left = deadline - time.monotonic()
-        if left <= 0:
+    while (left := deadline - time.monotonic()) > 0:
+        _, running = wait(futures, timeout=min(left, 0.05))
+        if len(running) <= unwaited():
             return
-        try:
-            future.exception(timeout=left)
-        except BaseException:  # cancelled, timed out, or another stop: go on stopping
-            continue
 
 
 def _one_table(run: RunContext, table: Table, filter: Filter, tmp: Path) -> TableResult | None:
