@@ -1,3 +1,3 @@
-from connector.cli import main
+from connector.cli import run
 
-main()
+run()
