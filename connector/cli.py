@@ -43,7 +43,6 @@ def _catch_starting() -> list[signal.Signals]:
 
 _starting = _catch_starting()
 
-import gc  # noqa: E402
 import importlib  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
@@ -250,19 +249,13 @@ def main(ctx: click.Context, debug: bool, max_wait: float | None) -> None:
 
 
 def run() -> None:
-    """The `connector` program (its script and ``python -m connector``): `main`, tuned for a
-    process that ends when it does. A program calling `main` itself is left as it is."""
+    """The `connector` program (its script and ``python -m connector``): `main` in a process
+    of its own. A program calling `main` itself keeps its environment as it is."""
     # Before a command's module imports numpy: OpenBLAS starts a thread per core that spins
     # while the process starts (0.09 s of CPU on 2 cores), and no command does linear
     # algebra. A value the user set is kept.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    try:
-        main()
-    finally:
-        # Exiting, the interpreter's last collections walk every object the run made and
-        # imported (0.04-0.1 s); frozen, they are freed without it. atexit handlers and
-        # finalizers registered with weakref.finalize still run.
-        gc.freeze()
+    main()
 
 
 def exit_codes_help() -> str:
