@@ -1,6 +1,6 @@
 """A nightly job meets its lake: parallel Delta syncs to object storage never hang, a signal
-during a commit ends the run at once, before the commit, and a store that stops answering fails the run within
-the destination's time limit, naming it.
+during a commit ends the run at once, before the commit lands, and a store that stops
+answering fails the run within the destination's time limit, naming it.
 
 Against the reference server and a real S3 endpoint (moto, a process of its own); whole
 `connector sync` processes, each bounded by a timeout, so a hang fails the test instead of
