@@ -21,8 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from pyiceberg.catalog.sql import SqlCatalog
 
 from connector.process import STOP_GRACE
 from tests.destinations.test_object_storage import StallingProxy
@@ -169,6 +171,77 @@ def test_sigterm_while_a_delta_commit_is_under_way_ends_the_run_at_once_and_comm
     names = DeltaTable(s3.url("lake/People"), storage_options=options).to_pyarrow_table(
         columns=["Name"]).column("Name").to_pylist()
     assert sorted(names) == sorted(person(i)["Name"] for i in range(2_100))
+
+
+def people_metadata(head: bytes) -> bool:
+    """The request that publishes the People table's next Iceberg metadata file: inside
+    pyiceberg's ``commit_transaction``, before the catalog's row moves to it."""
+    line = head.split(b"\r\n", 1)[0]
+    return line.startswith(b"PUT ") and b"/People/metadata/" in line and b".metadata.json" in line
+
+
+def test_sigterm_while_an_iceberg_commit_is_under_way_ends_the_run_at_once_and_commits_nothing(
+    make_workspace: MakeWorkspace, s3: S3Bucket, postgres_db: str
+) -> None:
+    """As for Delta: the commit's metadata file is held by a proxy in front of S3 when the
+    signal comes (a PostgreSQL catalog, the warehouse in S3). The run ends well within
+    `STOP_GRACE`, the catalog still names the snapshot it named, and a rerun writes every row."""
+    ws = make_workspace(people=2_000)
+    job = ws.job(
+        f'[[destination]]\niceberg = "{s3.url("lake")}"\ncatalog = "{postgres_db}"\n',
+        concurrency=8,
+    )
+    first = sync(ws, job, s3.server.env(), timeout=180)
+    assert first.returncode == 0, first.stderr[-2000:]
+    snapshot = iceberg_snapshot(s3, postgres_db)
+    ws.server.insert_rows(ws.people, [person(i) for i in range(2_000, 2_100)])
+
+    proxy = StallingProxy(urlsplit(s3.server.endpoint).port or 80, 0, people_metadata)
+    try:
+        env = {**s3.server.env(), "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"}
+        run = subprocess.Popen(
+            [sys.executable, "-m", "connector", "sync", str(job)], cwd=ROOT,
+            env={**os.environ, **ws.environ, **env},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        assert proxy.stalled.wait(120), run.communicate(timeout=60)
+        run.send_signal(signal.SIGTERM)
+        stopped = time.monotonic()
+        out, err = run.communicate(timeout=60)
+        took = time.monotonic() - stopped
+    finally:
+        proxy.close()
+
+    assert run.returncode == 143, err
+    assert "interrupted by SIGTERM" in err and "Traceback" not in out + err
+    assert took < STOP_GRACE, f"{took:.1f} s: the stop waited for the commit"
+    assert iceberg_snapshot(s3, postgres_db) == snapshot
+    rerun = sync(ws, job, s3.server.env(), timeout=180)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    names = iceberg_people(s3, postgres_db).column("Name").to_pylist()
+    assert sorted(names) == sorted(person(i)["Name"] for i in range(2_100))
+
+
+def iceberg_catalog(s3: S3Bucket, catalog: str) -> SqlCatalog:
+    """The job's catalog as pyiceberg itself opens it, reaching moto directly."""
+    return SqlCatalog("connector", uri=catalog, warehouse=s3.url("lake"),
+                      **{"s3.endpoint": s3.server.endpoint, "s3.region": "us-east-1"})
+
+
+def iceberg_snapshot(s3: S3Bucket, catalog: str) -> int | None:
+    opened = iceberg_catalog(s3, catalog)
+    try:
+        return opened.load_table(("tabledata", "People")).metadata.current_snapshot_id
+    finally:
+        opened.close()
+
+
+def iceberg_people(s3: S3Bucket, catalog: str) -> pa.Table:
+    opened = iceberg_catalog(s3, catalog)
+    try:
+        return opened.load_table(("tabledata", "People")).scan(selected_fields=("Name",)).to_arrow()
+    finally:
+        opened.close()
 
 
 @contextlib.contextmanager
