@@ -28,6 +28,7 @@ __all__ = [
     "TABLE_THREADS",
     "Terminated",
     "exit_now",
+    "holding",
     "interrupt_code",
     "interrupt_message",
     "raise_if_stopped",
@@ -102,6 +103,8 @@ def stop_signals() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous[1])
 
 
+#: Seconds between a waiting thread's looks for a stop (`holding`).
+_STOP_POLL = 0.05
 _inside_lock = threading.Lock()
 _inside = 0  # threads within `uninterruptible`
 
@@ -120,6 +123,20 @@ def uninterruptible() -> Iterator[None]:
     finally:
         with _inside_lock:
             _inside -= 1
+
+
+@contextmanager
+def holding(lock: threading.Lock) -> Iterator[None]:
+    """Hold `lock`, raising a stop that comes while waiting for it. Another thread may hold
+    it through an `uninterruptible` call that a stop does not wait for: a plain wait would
+    last until the process exits, and the stop would wait out `STOP_GRACE` for it."""
+    raise_if_stopped()
+    while not lock.acquire(timeout=_STOP_POLL):
+        raise_if_stopped()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def unwaited() -> int:

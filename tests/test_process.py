@@ -1,6 +1,6 @@
 """A stop and the calls it cannot interrupt (`connector.process`), in this process: a real
 SIGTERM, raised in the main thread by `stop_signals`, while another thread is inside a call
-marked `uninterruptible` (as a Delta write is)."""
+marked `uninterruptible` (as a Delta write or an Iceberg commit is)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from connector.process import Terminated, stop_signals, uninterruptible, unwaited
+from connector.process import Terminated, holding, stop_signals, uninterruptible, unwaited
 
 
 def test_a_stop_does_not_wait_for_a_call_it_cannot_interrupt_and_starts_none() -> None:
@@ -42,3 +42,46 @@ def test_a_stop_does_not_wait_for_a_call_it_cannot_interrupt_and_starts_none() -
 
     assert (before, during) == (0, 1)
     assert unwaited() == 0  # the stop is over with its block
+
+
+def test_a_thread_waiting_for_a_lock_held_through_such_a_call_stops_with_the_run() -> None:
+    """A table waiting for a one-writer destination (an Iceberg catalog, SQLite) while
+    another table's commit holds it: the commit is not waited for, so neither is the wait."""
+    lock = threading.Lock()
+    inside, release = threading.Event(), threading.Event()
+    ended: list[BaseException | None] = []
+
+    def commit() -> None:
+        with holding(lock), uninterruptible():
+            inside.set()
+            release.wait(10)
+
+    def wait_for_the_lock() -> None:
+        try:
+            with holding(lock):
+                ended.append(None)
+        except BaseException as exc:
+            ended.append(exc)
+
+    committer, waiter = threading.Thread(target=commit), threading.Thread(target=wait_for_the_lock)
+    committer.start()
+    try:
+        assert inside.wait(10)
+        waiter.start()
+        with stop_signals():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(10)
+                pytest.fail("SIGTERM did not raise")
+            except Terminated:
+                stopped = time.monotonic()
+                waiter.join(5)
+                took = time.monotonic() - stopped
+    finally:
+        release.set()
+        committer.join(10)
+        waiter.join(10)
+
+    assert len(ended) == 1 and isinstance(ended[0], Terminated), ended
+    assert took < 1, f"the waiting thread took {took:.1f} s to see the stop"
+    assert not lock.locked()

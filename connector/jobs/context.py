@@ -22,6 +22,7 @@ from connector.destinations import Destination, Target
 from connector.jobs.choose import RunPlan
 from connector.jobs.config import Job
 from connector.jobs.state import JobState, TableState, save_state
+from connector.process import holding
 from connector.progress import Progress
 from connector.results import TableResult
 from connector.schema import Table
@@ -149,14 +150,15 @@ class RunContext:
     @contextmanager
     def writing(self, destinations: Sequence[Destination]) -> Iterator[None]:
         """Holds the one-writer destinations among `destinations` for one table's reads of
-        them and writes, while tables run in parallel."""
+        them and writes, while tables run in parallel. A stop ends the wait for them
+        (`connector.process.holding`)."""
         if not self.parallel:
             yield
             return
         held = [self._held[id(d)] for d in destinations if not d.capabilities.parallel_writes]
         with ExitStack() as stack:
             for lock in held:  # always in the destinations' order: no two tables wait on each other
-                stack.enter_context(lock)
+                stack.enter_context(holding(lock))
             yield
 
     def streams_into(self, destination: Destination) -> bool:
