@@ -220,6 +220,7 @@ def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
         yield instance
 
 
+@pytest.mark.long
 def test_the_multiprocess_executor_syncs_tables_in_parallel_processes(
     server_factory: ServerFactory,
     monkeypatch: pytest.MonkeyPatch,

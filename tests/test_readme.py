@@ -683,6 +683,7 @@ CHECKS: dict[str, Callable[[Reader], None]] = {
 }
 
 
+@pytest.mark.long
 @pytest.mark.timeout(900)  # every block of every page, one after the other
 def test_the_docs_run_as_written(reader: Reader) -> None:
     ran: list[str] = []

@@ -168,6 +168,7 @@ def _ini(text: str) -> configparser.ConfigParser:
     return parser
 
 
+@pytest.mark.long
 def test_the_systemd_units_verify_and_the_service_runs_as_systemd_would(
     deployment: Deployment,
 ) -> None:
