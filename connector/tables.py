@@ -188,10 +188,10 @@ async def select(
     deleted since it was listed, is `refused`; an id the listing lacks that the server does
     not know is a `TableNotFound`; a refused key (`AuthError`) is raised.
 
-    `first_pages`: the tables will be read in full, in pages of that many rows. Each table
-    the listing counts no more rows in has its one page fetched beside its schema
-    (`AsyncClient.fetch_early`; up to `EARLY_CELLS` cells in all), so a small table costs one
-    round trip, not two, and its read none of its own."""
+    `first_pages`: the tables will be read in full, in pages of that many rows. Each table's
+    first page is fetched beside its schema (`AsyncClient.fetch_early`; up to `EARLY_CELLS`
+    cells in all): a small table costs one round trip, not two, and its read none of its own;
+    a larger one's read fans out without first waiting for its first page."""
     from connector.api.paging import ORDER_KEYS  # here: it brings pyarrow
 
     listing = await client.list_tables()
@@ -210,7 +210,7 @@ async def select(
     early, wanted, room = [], set(ids), EARLY_CELLS
     for summary in listing if first_pages else ():
         cells = first_pages * (summary.columns + 3)
-        if summary.id in wanted and summary.rows <= first_pages and cells <= room:
+        if summary.id in wanted and cells <= room:
             early.append(client.fetch_early(summary.id, limit=first_pages, sort=ORDER_KEYS[0]))
             room -= cells
     answers, _ = await asyncio.gather(schemas, asyncio.gather(*early))

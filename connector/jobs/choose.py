@@ -65,7 +65,7 @@ def choose(
 ) -> RunPlan:
     """The tables of `job`'s selection, named in each of `destinations`; `note(table, text)`
     for a selection naming nothing. `in_full`: every table will be read in full from its
-    first page, which a small table's schema then brings along (`select`'s `first_pages`)."""
+    first page, which its schema then brings along (`select`'s `first_pages`)."""
     selection = job.tables
     where = "" if job.one_shot else f"{job.path}: "
     exclude_key = "--exclude" if job.one_shot else "tables.exclude"
