@@ -187,8 +187,9 @@ class _Runner:
                 if destinations:  # a bad filter stops the pushes too
                     chosen = choose(
                         client, job, destinations, lambda t, n: self.emit("note", table=t, note=n),
-                        in_full=not (
-                            job.incremental or job.tables.filters or self.dry_run or self.options.verify
+                        in_full=not (  # pushes write first: pages fetched early would be dropped
+                            job.incremental or job.tables.filters or self.dry_run
+                            or self.options.verify or job.pushes
                         ),
                     )
             except Exception:

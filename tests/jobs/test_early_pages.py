@@ -1,6 +1,7 @@
-"""A run that reads its tables in full takes a small table's one page beside its schema
-(`connector.tables.select`'s `first_pages`): one round trip a table, not two, and the copy is
-still the table as it stands after the run's own pushes."""
+"""A run that reads its tables in full takes each table's first page beside its schema
+(`connector.tables.select`'s `first_pages`): one round trip a small table, not two; a run that
+pushes first fetches none early (its writes would make them stale), and its copy is the table
+as it stands after its pushes."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ def test_a_full_copy_sends_one_request_a_small_table_beside_its_schema(
 
     assert summary.exit_code == 0
     assert len(sent.requests) == 1 + 2 * 2  # the listing, then each schema and its one page
+    print('QUERIES', sent.first_pages(workspace.people), sent.first_pages(workspace.notes))
     assert [len(sent.first_pages(t)) for t in (workspace.people, workspace.notes)] == [1, 1]
     schemas = [i for i, (_, path, _) in enumerate(sent.requests) if path.count("/") == 2]
     pages = [i for i, (_, path, _) in enumerate(sent.requests) if path.endswith("/rows")]
@@ -50,10 +52,14 @@ def test_a_full_copy_sends_one_request_a_small_table_beside_its_schema(
 def test_a_push_in_the_same_run_is_in_the_copy(workspace: Workspace, tmp_path: Path) -> None:
     (tmp_path / "people.csv").write_text("Name,Score\nP001,41\nNew One,7\n")
     push = '[[push]]\nfile = "people.csv"\ntable = "People"\nkey = "Name"\n'
+    sent = Sent()
 
-    summary = workspace.run(workspace.job(push + FULL_COPY))
+    summary = workspace.run(workspace.job(push + FULL_COPY), transport=sent)
 
     assert (summary.exit_code, summary.pushes[0].created, summary.pushes[0].updated) == (0, 1, 1)
+    # No first page fetched early, only to be dropped by the push's writes: People's is asked
+    # for by the push's read of it and by the copy's, Notes' by the copy's alone.
+    assert [len(sent.first_pages(t)) for t in (workspace.people, workspace.notes)] == [2, 1]
     held = in_parquet(tmp_path / "pq" / "People.parquet", ["Name", "Score"])
     assert held == [
         {k: v for k, v in r.items() if k in ("_id", "Name", "Score")}
