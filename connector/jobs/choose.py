@@ -61,11 +61,12 @@ def choose(
     destinations: Sequence[Destination],
     note: Callable[[str, str], None],
     *,
-    in_full: bool = False,
+    early_pages: bool = False,
 ) -> RunPlan:
     """The tables of `job`'s selection, named in each of `destinations`; `note(table, text)`
-    for a selection naming nothing. `in_full`: every table will be read in full from its
-    first page, which its schema then brings along (`select`'s `first_pages`)."""
+    for a selection naming nothing. `early_pages`: every table will be read in full from its
+    first page, with no write through the client before: each schema brings that page along
+    (`select`'s `first_pages`)."""
     selection = job.tables
     where = "" if job.one_shot else f"{job.path}: "
     exclude_key = "--exclude" if job.one_shot else "tables.exclude"
@@ -73,7 +74,7 @@ def choose(
         client.aio, selection.include, selection.exclude,
         where=f"{where}{'--table' if job.one_shot else 'tables.include'}: ",
         unknown_exclude=lambda value: note(value, f"{exclude_key} names no table; ignored"),
-        first_pages=job.source.page_size if in_full else 0,
+        first_pages=job.source.page_size if early_pages else 0,
     ))
     summaries = picked.listing
 

@@ -187,7 +187,7 @@ class _Runner:
                 if destinations:  # a bad filter stops the pushes too
                     chosen = choose(
                         client, job, destinations, lambda t, n: self.emit("note", table=t, note=n),
-                        in_full=not (  # pushes write first: pages fetched early would be dropped
+                        early_pages=not (  # read in part, or after the pushes' writes
                             job.incremental or job.tables.filters or self.dry_run
                             or self.options.verify or job.pushes
                         ),
