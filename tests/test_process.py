@@ -14,6 +14,13 @@ import pytest
 from connector.process import Terminated, holding, stop_signals, uninterruptible, unwaited
 
 
+def sigterm_here() -> None:
+    """SIGTERM to this process: within `stop_signals`, it raises `Terminated` here."""
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(10)
+    pytest.fail("SIGTERM did not raise")
+
+
 def test_a_stop_does_not_wait_for_a_call_it_cannot_interrupt_and_starts_none() -> None:
     inside, release = threading.Event(), threading.Event()
 
@@ -29,9 +36,7 @@ def test_a_stop_does_not_wait_for_a_call_it_cannot_interrupt_and_starts_none() -
         before = unwaited()  # an error that ends a run lets a commit under way finish
         with stop_signals():
             try:
-                os.kill(os.getpid(), signal.SIGTERM)
-                time.sleep(10)
-                pytest.fail("SIGTERM did not raise")
+                sigterm_here()
             except Terminated:
                 during = unwaited()
                 with pytest.raises(Terminated), uninterruptible():
@@ -70,9 +75,7 @@ def test_a_thread_waiting_for_a_lock_held_through_such_a_call_stops_with_the_run
         waiter.start()
         with stop_signals():
             try:
-                os.kill(os.getpid(), signal.SIGTERM)
-                time.sleep(10)
-                pytest.fail("SIGTERM did not raise")
+                sigterm_here()
             except Terminated:
                 stopped = time.monotonic()
                 waiter.join(5)

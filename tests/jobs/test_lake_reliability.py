@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -126,6 +126,32 @@ def test_delta_writes_and_table_lookups_on_threads_never_wait_for_each_other(
     assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr[-3000:]
 
 
+def sigterm_mid_commit(
+    ws: Workspace, job: Path, s3: S3Bucket, commit: Callable[[bytes], bool]
+) -> None:
+    """`connector sync` of `job`, SIGTERM once its request `commit` picks is held by a proxy
+    in front of S3: the run says it was stopped and ends well within `STOP_GRACE`."""
+    proxy = StallingProxy(urlsplit(s3.server.endpoint).port or 80, 0, commit)
+    try:
+        env = {**s3.server.env(), "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"}
+        run = subprocess.Popen(
+            [sys.executable, "-m", "connector", "sync", str(job)], cwd=ROOT,
+            env={**os.environ, **ws.environ, **env},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        assert proxy.stalled.wait(120), run.communicate(timeout=60)
+        run.send_signal(signal.SIGTERM)
+        stopped = time.monotonic()
+        out, err = run.communicate(timeout=60)
+        took = time.monotonic() - stopped
+    finally:
+        proxy.close()
+
+    assert run.returncode == 143, err
+    assert "interrupted by SIGTERM" in err and "Traceback" not in out + err
+    assert took < STOP_GRACE, f"{took:.1f} s: the stop waited for the commit"
+
+
 def people_commit(head: bytes) -> bool:
     """The request that commits a new version of the People table: a PUT into its log."""
     return head.startswith(b"PUT ") and b"/lake/People/_delta_log/" in head
@@ -146,25 +172,7 @@ def test_sigterm_while_a_delta_commit_is_under_way_ends_the_run_at_once_and_comm
     version = DeltaTable(s3.url("lake/People"), storage_options=options).version()
     ws.server.insert_rows(ws.people, [person(i) for i in range(2_000, 2_100)])
 
-    proxy = StallingProxy(urlsplit(s3.server.endpoint).port or 80, 0, people_commit)
-    try:
-        env = {**s3.server.env(), "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"}
-        run = subprocess.Popen(
-            [sys.executable, "-m", "connector", "sync", str(job)], cwd=ROOT,
-            env={**os.environ, **ws.environ, **env},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        assert proxy.stalled.wait(120), run.communicate(timeout=60)
-        run.send_signal(signal.SIGTERM)
-        stopped = time.monotonic()
-        out, err = run.communicate(timeout=60)
-        took = time.monotonic() - stopped
-    finally:
-        proxy.close()
-
-    assert run.returncode == 143, err
-    assert "interrupted by SIGTERM" in err and "Traceback" not in out + err
-    assert took < STOP_GRACE, f"{took:.1f} s: the stop waited for the commit"
+    sigterm_mid_commit(ws, job, s3, people_commit)
     assert DeltaTable(s3.url("lake/People"), storage_options=options).version() == version
     rerun = sync(ws, job, s3.server.env(), timeout=180)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
@@ -196,25 +204,7 @@ def test_sigterm_while_an_iceberg_commit_is_under_way_ends_the_run_at_once_and_c
     snapshot = iceberg_snapshot(s3, postgres_db)
     ws.server.insert_rows(ws.people, [person(i) for i in range(2_000, 2_100)])
 
-    proxy = StallingProxy(urlsplit(s3.server.endpoint).port or 80, 0, people_metadata)
-    try:
-        env = {**s3.server.env(), "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"}
-        run = subprocess.Popen(
-            [sys.executable, "-m", "connector", "sync", str(job)], cwd=ROOT,
-            env={**os.environ, **ws.environ, **env},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        assert proxy.stalled.wait(120), run.communicate(timeout=60)
-        run.send_signal(signal.SIGTERM)
-        stopped = time.monotonic()
-        out, err = run.communicate(timeout=60)
-        took = time.monotonic() - stopped
-    finally:
-        proxy.close()
-
-    assert run.returncode == 143, err
-    assert "interrupted by SIGTERM" in err and "Traceback" not in out + err
-    assert took < STOP_GRACE, f"{took:.1f} s: the stop waited for the commit"
+    sigterm_mid_commit(ws, job, s3, people_metadata)
     assert iceberg_snapshot(s3, postgres_db) == snapshot
     rerun = sync(ws, job, s3.server.env(), timeout=180)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
