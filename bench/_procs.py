@@ -99,6 +99,8 @@ serve(prog_name='connector serve')
 class CountingServer(RunningServer):
     """A `RunningServer` whose answers are counted by status (see the module doc)."""
 
+    forked = False  # its own launch, which wraps the app
+
     def _argv(self) -> list[str]:
         argv = super()._argv()
         launch = argv.index("-c") + 1

@@ -179,7 +179,7 @@ def test_a_demo_key_that_exists_keeps_its_permissions(server_factory: ServerFact
 def test_a_demo_key_file_registers_a_full_key_that_ps_does_not_show(server_factory: ServerFactory, tmp_path: Path) -> None:
     key_file = tmp_path / "demo.key"
     key_file.write_bytes(b"demo-key-from-a-file\r\n")  # saved on Windows
-    running = server_factory(demo_key_file=key_file)
+    running = server_factory(demo_key_file=key_file, spawn=True)  # its own command line
     table = running.create_table(PEOPLE)
     headers = {"Authorization": "Bearer demo-key-from-a-file"}
     with httpx.Client(base_url=running.base_url, headers=headers) as client:
