@@ -205,7 +205,8 @@ def _bounded(module: str, timeout: float) -> dict[str, Any]:
     """Each implementation's own settings for a request's time limit and attempts."""
     if module == "s3fs":
         # s3fs tries a request up to 5 times itself; botocore's own retries would multiply it
-        retries = {"max_attempts": 1, "mode": "standard"}
+        # (its `max_attempts` counts retries: 1 was two attempts a try, ten in all)
+        retries = {"total_max_attempts": 1, "mode": "standard"}
         config = {"connect_timeout": timeout, "read_timeout": timeout, "retries": retries}
         return {"config_kwargs": config}
     if module == "gcsfs":

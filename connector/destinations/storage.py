@@ -17,10 +17,11 @@ killed upload leaves the previous object as it was. Uploads read the file a part
 (`PART_BYTES`): s3fs's default reads a file under 100 MiB whole into memory for one PUT
 (+127 MB of peak RSS exporting 1,000,000 rows to S3).
 
-Every request to object storage is bounded (the destination's ``timeout``, by default
+Every request to S3 or GCS is bounded (the destination's ``timeout``, by default
 `connector.locations.DEFAULT_TIMEOUT`) and tried a few times (s3fs: 5), so a
 store that stops answering fails the table within about 6 times that, with a message naming
-it, rather than holding the run for ever.
+it, rather than holding the run for ever. Azure's requests keep the Azure SDK's own limits
+(adlfs applies a timeout to uploads and downloads only, not to listings).
 """
 
 from __future__ import annotations
