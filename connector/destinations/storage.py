@@ -17,11 +17,14 @@ killed upload leaves the previous object as it was. Uploads read the file a part
 (`PART_BYTES`): s3fs's default reads a file under 100 MiB whole into memory for one PUT
 (+127 MB of peak RSS exporting 1,000,000 rows to S3).
 
-Every request to S3 or GCS is bounded (the destination's ``timeout``, by default
+Every request to object storage is bounded (the destination's ``timeout``, by default
 `connector.locations.DEFAULT_TIMEOUT`) and tried a few times (s3fs: 5), so a
 store that stops answering fails the table within about 6 times that, with a message naming
-it, rather than holding the run for ever. Azure's requests keep the Azure SDK's own limits
-(adlfs applies a timeout to uploads and downloads only, not to listings).
+it, rather than holding the run for ever. Azure is the exception in part: adlfs applies the
+timeout to each request of an upload or a download only, and its client keeps the Azure
+SDK's own retries (minutes against a silent store), so each of its other calls (a listing,
+an existence check, a removal) is given `DEADLINE_TIMES` the timeout in all, through
+fsspec's own `sync` deadline; an upload or a download is retried as the SDK does.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ log = logging.getLogger(__name__)
 #: this size, one after the other (S3's smallest part is 5 MiB; GCS's chunks are multiples of
 #: 256 KiB). Azure's SDK already uploads in blocks of its own.
 PART_BYTES = 8 * 2**20
+#: An Azure call other than an upload or a download may take this many times the timeout.
+DEADLINE_TIMES = 6
 #: Each implementation's own words for that.
 _UPLOADS: dict[str, dict[str, int]] = {
     "s3fs": {"chunksize": PART_BYTES, "max_concurrency": 1},
@@ -177,6 +182,8 @@ class ObjectStore:
         self.scheme = self.url.partition("://")[0].lower()
         self.fs = filesystem(self.url, timeout)
         self.root = self.url.partition("://")[2]
+        #: Seconds a call may take in all where the implementation bounds nothing (adlfs).
+        self._deadline = DEADLINE_TIMES * timeout if SCHEMES[self.scheme] == "adlfs" else None
         self._copies = tempfile.TemporaryDirectory(prefix="connector-objects-")
         self._fetched: set[str] = set()
 
@@ -216,7 +223,7 @@ class ObjectStore:
         bucket = self.root.partition("/")[0]
         with self.failures("reaching", f"{self.scheme}://{bucket}"):
             try:
-                self.fs.ls(bucket, detail=False)
+                self._call("ls", bucket, detail=False)
             except FileNotFoundError:
                 what = "container" if SCHEMES[self.scheme] == "adlfs" else "bucket"
                 raise DestinationError(
@@ -225,13 +232,13 @@ class ObjectStore:
 
     def exists(self, name: str) -> bool:
         with self.failures("reading", self.url_of(name)):
-            return bool(self.fs.exists(self._key(name)))
+            return bool(self._call("exists", self._key(name)))
 
     def listing(self) -> dict[str, bool]:
         with self.failures("reading", self.url):
             try:
                 self.fs.invalidate_cache(self.root)
-                entries = self.fs.ls(self.root, detail=True)
+                entries = self._call("ls", self.root, detail=True)
             except FileNotFoundError:
                 return {}
         return {
@@ -244,7 +251,7 @@ class ObjectStore:
         False when there is no such object."""
         key = self._key(name)
         with self.failures("reading", self.url_of(name)):
-            if not self.fs.exists(key):
+            if not self._call("exists", key):
                 return False
             with atomic_path(local) as temp:
                 self.fs.get_file(key, str(temp))
@@ -260,7 +267,7 @@ class ObjectStore:
         with self.failures("reading", self.url):
             self.fs.invalidate_cache(self.root)
             try:
-                entries = self.fs.find(self.root, detail=True)
+                entries = self._call("find", self.root, detail=True)
             except FileNotFoundError:
                 return {}
         found = {}
@@ -274,10 +281,23 @@ class ObjectStore:
         keys = [self._key(n) for n in names]
         if keys:
             with self.failures("removing files under", self.url):
-                self.fs.rm(keys)
+                self._call("rm", keys)
 
     def _key(self, name: str) -> str:
         return f"{self.root}/{name}"
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``fs.<method>(...)``; within `_deadline` seconds where there is one (fsspec's
+        `sync` runs the implementation's coroutine, ``_<method>``, and gives up on it)."""
+        if self._deadline is None:
+            return getattr(self.fs, method)(*args, **kwargs)
+        from fsspec.asyn import sync
+
+        try:
+            return sync(self.fs.loop, getattr(self.fs, f"_{method}"), *args,
+                        timeout=self._deadline, **kwargs)
+        except TimeoutError:  # fsspec's FSTimeoutError is one
+            raise TimeoutError(f"no answer within {self._deadline:g} s") from None
 
     @contextlib.contextmanager
     def failures(self, doing: str, url: str) -> Iterator[None]:

@@ -30,6 +30,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from connector.process import STOP_GRACE
 from tests.destinations.test_object_storage import StallingProxy
+from tests.fixtures.azurite import connection_string
 from tests.fixtures.s3 import S3Bucket
 from tests.fixtures.server import ROOT
 from tests.jobs.conftest import MakeWorkspace, Workspace, person
@@ -284,16 +285,37 @@ def test_a_store_that_stops_answering_fails_the_run_within_its_timeout(
 ) -> None:
     """Each request is tried 5 times (s3fs's own tries, botocore's retries off), each
     bounded by the destination's timeout: about 6 times the timeout in all."""
-    job = workspace.job(f'[[destination]]\n{kind} = "s3://quiet-bucket/out"\ntimeout = 1\n')
     with silent_endpoint() as endpoint:
         env = {**s3.server.env(), "AWS_ENDPOINT_URL": endpoint.url}
-        began = time.monotonic()
-        done = sync(workspace, job, env, timeout=120)
-        took = time.monotonic() - began
+        took = fails_naming_the_store(workspace, kind, "s3://quiet-bucket", env)
 
-    assert done.returncode == 1, done.stderr
-    assert "s3://quiet-bucket" in done.stdout  # the summary line names the store
-    assert "Traceback" not in done.stdout + done.stderr
     tries = Counter(endpoint.requests)
     assert tries and max(tries.values()) == 5, tries
     assert took < 20, f"took {took:.0f} s with a 1 s time limit"
+
+
+@pytest.mark.parametrize("kind", ["parquet", "delta"])
+def test_an_azure_store_that_stops_answering_fails_the_run_within_its_timeout(
+    workspace: Workspace, kind: str
+) -> None:
+    """adlfs bounds only uploads and downloads, and its client retries for minutes: a
+    listing gets `DEADLINE_TIMES` the timeout in all."""
+    with silent_endpoint() as endpoint:
+        env = {"AZURE_STORAGE_CONNECTION_STRING": connection_string(endpoint.url)}
+        took = fails_naming_the_store(workspace, kind, "az://quiet", env)
+
+    assert endpoint.requests  # the store was asked, and said nothing
+    assert took < 20, f"took {took:.0f} s with a 1 s time limit"
+
+
+def fails_naming_the_store(workspace: Workspace, kind: str, store: str, env: dict[str, str]) -> float:
+    """A sync into `store`/out with a 1 s timeout: it fails naming the store, in one line;
+    returns how long it took."""
+    job = workspace.job(f'[[destination]]\n{kind} = "{store}/out"\ntimeout = 1\n')
+    began = time.monotonic()
+    done = sync(workspace, job, env, timeout=120)
+    took = time.monotonic() - began
+    assert done.returncode == 1, done.stderr
+    assert store in done.stdout  # the summary line names the store
+    assert "Traceback" not in done.stdout + done.stderr
+    return took
