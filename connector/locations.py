@@ -26,11 +26,15 @@ __all__ = [
     "check_location",
     "filesystem",
     "is_remote",
+    "within",
 ]
 
 #: Seconds one request to a database or to object storage may take (connect, read, a
 #: storage request): past it the place counts as not answering.
 DEFAULT_TIMEOUT = 60.0
+#: A call to a store whose implementation bounds only some of its requests (adlfs) may take
+#: this many times the timeout in all.
+DEADLINE_TIMES = 6
 
 DUCKDB_SCHEME = "duckdb:///"
 _DUCKDB_EXAMPLE = "like duckdb:///analytics.duckdb (relative) or duckdb:////srv/analytics.duckdb"
@@ -199,6 +203,23 @@ def filesystem(url: str, timeout: float = DEFAULT_TIMEOUT) -> Any:
     require(module, f"{scheme}:// storage")
     fsspec = require("fsspec", f"{scheme}:// storage")
     return fsspec.filesystem(scheme, **_bounded(module, timeout))
+
+
+def within(fs: Any, timeout: float, method: str, *args: Any, **kwargs: Any) -> Any:
+    """``fs.<method>(...)``, bounded by `timeout` seconds a request. adlfs bounds only its
+    uploads and downloads, and its client keeps the Azure SDK's retries (minutes against a
+    store that stops answering): its other calls (listings, existence checks, removals) are
+    given `DEADLINE_TIMES` the timeout in all, through fsspec's own deadline (`sync` runs
+    the implementation's coroutine, ``_<method>``, and gives up on it)."""
+    if type(fs).__module__.partition(".")[0] != "adlfs":
+        return getattr(fs, method)(*args, **kwargs)
+    from fsspec.asyn import sync
+
+    deadline = DEADLINE_TIMES * timeout
+    try:
+        return sync(fs.loop, getattr(fs, f"_{method}"), *args, timeout=deadline, **kwargs)
+    except TimeoutError:  # fsspec's FSTimeoutError is one
+        raise TimeoutError(f"no answer within {deadline:g} s") from None
 
 
 def _bounded(module: str, timeout: float) -> dict[str, Any]:

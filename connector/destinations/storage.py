@@ -20,11 +20,7 @@ killed upload leaves the previous object as it was. Uploads read the file a part
 Every request to object storage is bounded (the destination's ``timeout``, by default
 `connector.locations.DEFAULT_TIMEOUT`) and tried a few times (s3fs: 5), so a
 store that stops answering fails the table within about 6 times that, with a message naming
-it, rather than holding the run for ever. Azure is the exception in part: adlfs applies the
-timeout to each request of an upload or a download only, and its client keeps the Azure
-SDK's own retries (minutes against a silent store), so each of its other calls (a listing,
-an existence check, a removal) is given `DEADLINE_TIMES` the timeout in all, through
-fsspec's own `sync` deadline; an upload or a download is retried as the SDK does.
+it, rather than holding the run for ever (on Azure, see `connector.locations.within`).
 """
 
 from __future__ import annotations
@@ -40,7 +36,7 @@ from typing import Any, Protocol
 
 from connector.atomic import atomic_path
 from connector.errors import ConnectorError, DestinationError
-from connector.locations import DEFAULT_TIMEOUT, SCHEMES, filesystem, is_remote
+from connector.locations import DEFAULT_TIMEOUT, SCHEMES, filesystem, is_remote, within
 
 __all__ = ["PART_BYTES", "LocalStore", "ObjectStore", "Store", "open_store", "remove_uncommitted"]
 
@@ -51,8 +47,6 @@ log = logging.getLogger(__name__)
 #: this size, one after the other (S3's smallest part is 5 MiB; GCS's chunks are multiples of
 #: 256 KiB). Azure's SDK already uploads in blocks of its own.
 PART_BYTES = 8 * 2**20
-#: An Azure call other than an upload or a download may take this many times the timeout.
-DEADLINE_TIMES = 6
 #: Each implementation's own words for that.
 _UPLOADS: dict[str, dict[str, int]] = {
     "s3fs": {"chunksize": PART_BYTES, "max_concurrency": 1},
@@ -181,9 +175,8 @@ class ObjectStore:
         self.url = url.rstrip("/")
         self.scheme = self.url.partition("://")[0].lower()
         self.fs = filesystem(self.url, timeout)
+        self.timeout = timeout
         self.root = self.url.partition("://")[2]
-        #: Seconds a call may take in all where the implementation bounds nothing (adlfs).
-        self._deadline = DEADLINE_TIMES * timeout if SCHEMES[self.scheme] == "adlfs" else None
         self._copies = tempfile.TemporaryDirectory(prefix="connector-objects-")
         self._fetched: set[str] = set()
 
@@ -287,17 +280,7 @@ class ObjectStore:
         return f"{self.root}/{name}"
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """``fs.<method>(...)``; within `_deadline` seconds where there is one (fsspec's
-        `sync` runs the implementation's coroutine, ``_<method>``, and gives up on it)."""
-        if self._deadline is None:
-            return getattr(self.fs, method)(*args, **kwargs)
-        from fsspec.asyn import sync
-
-        try:
-            return sync(self.fs.loop, getattr(self.fs, f"_{method}"), *args,
-                        timeout=self._deadline, **kwargs)
-        except TimeoutError:  # fsspec's FSTimeoutError is one
-            raise TimeoutError(f"no answer within {self._deadline:g} s") from None
+        return within(self.fs, self.timeout, method, *args, **kwargs)
 
     @contextlib.contextmanager
     def failures(self, doing: str, url: str) -> Iterator[None]:

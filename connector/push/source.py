@@ -35,7 +35,7 @@ import pandas as pd
 
 from connector.destinations.formats import undo_excel_safe
 from connector.errors import ConfigError, SourceError
-from connector.locations import check_location, filesystem, is_remote
+from connector.locations import DEFAULT_TIMEOUT, check_location, filesystem, is_remote, within
 from connector.modes import PUSH_SUFFIXES, MergedCells
 from connector.push.csvfile import open_csv
 from connector.push.excel import read_excel
@@ -178,13 +178,12 @@ def _open_remote(
     _only_excel(location, sheet, merged_cells, names)
     fs = filesystem(location)
     path = location.split("://", 1)[1]
-    try:
-        is_file = fs.isfile(path)
-        exists = is_file or fs.isdir(path)
+    try:  # one call: adlfs's isfile says False for any failure, a timeout included
+        is_file = within(fs, DEFAULT_TIMEOUT, "info", path)["type"] == "file"
+    except FileNotFoundError:
+        raise SourceError(f"{location}: no such object or prefix") from None
     except Exception as exc:  # each store raises its own
         raise SourceError(f"{location}: cannot be read ({one_line(exc)})") from None
-    if not exists:
-        raise SourceError(f"{location}: no such object or prefix")
     suffix = Path(path).suffix.lower()
     if is_file and suffix == ".csv":
 

@@ -28,6 +28,7 @@ import pytest
 from deltalake import DeltaTable
 from pyiceberg.catalog.sql import SqlCatalog
 
+from connector.locations import filesystem, within
 from connector.process import STOP_GRACE
 from tests.destinations.test_object_storage import StallingProxy
 from tests.fixtures.azurite import connection_string
@@ -306,6 +307,25 @@ def test_an_azure_store_that_stops_answering_fails_the_run_within_its_timeout(
 
     assert endpoint.requests  # the store was asked, and said nothing
     assert took < 20, f"took {took:.0f} s with a 1 s time limit"
+
+
+@pytest.mark.needs_server  # the silent endpoint stands in for a store (and azure-core probes `uname`)
+def test_a_push_source_in_azure_that_stops_answering_is_given_6x_the_timeout() -> None:
+    """What a push asks of its source's store first (is it a file, a folder): bounded on
+    Azure as a destination's calls are (`within`), here with a 1 s timeout."""
+    with silent_endpoint() as endpoint:
+        env = {"AZURE_STORAGE_CONNECTION_STRING": connection_string(endpoint.url)}
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in env.items():
+                patch.setenv(name, value)
+            fs = filesystem("az://quiet", timeout=1)
+            began = time.monotonic()
+            with pytest.raises(TimeoutError, match="no answer within 6 s"):
+                within(fs, 1, "info", "quiet/sheet.csv")
+            took = time.monotonic() - began
+
+    assert endpoint.requests
+    assert 5 < took < 10
 
 
 def fails_naming_the_store(workspace: Workspace, kind: str, store: str, env: dict[str, str]) -> float:

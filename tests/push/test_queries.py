@@ -22,6 +22,7 @@ from connector.jobs.config import load_job
 from connector.jobs.context import RunOptions
 from connector.jobs.run import run_job
 from connector.push import PushSpec, Query, push
+from tests.fixtures.azurite import AzureContainer
 from tests.fixtures.s3 import S3Bucket
 from tests.fixtures.server import RunningServer
 from tests.push.conftest import InProcess
@@ -177,11 +178,29 @@ def test_a_parquet_folder_and_objects_in_storage(inproc: InProcess, tmp_path: Pa
     s3.server.client().upload_file(str(tmp_path / "up.parquet"), s3.name, "sheets/up.parquet")
     assert push(inproc.client(), PushSpec(s3.url("sheets/up.parquet"), table="Stock", key="Sku")).updated == 2
     assert push(inproc.client(), PushSpec(s3.url("sheets"), table="Stock", key="Sku")).plan.is_empty
+    with pytest.raises(SourceError, match="no such object or prefix"):
+        push(inproc.client(), PushSpec(s3.url("sheets/gone.parquet"), table="Stock", key="Sku"))
     query = f"SELECT Sku, Qty * 2 AS Qty FROM read_parquet('{s3.url('sheets/up.parquet')}')"
     assert push(inproc.client(), PushSpec(Query("duckdb:///:memory:", query), table="Stock", key="Sku")).updated == 2
     assert sorted((r["fields"]["Sku"], r["fields"].get("Qty")) for r in inproc.rows(table_id)) == [
         ("s1", 4), ("s2", 7), ("s3", None)
     ]
+
+
+def test_a_sheet_in_azure_storage_and_one_that_is_not_there(inproc: InProcess, azure: AzureContainer) -> None:
+    """An object in Azure Blob Storage pushed like a local CSV; a key that holds nothing is
+    said as such (the store's first answer, `within` its deadline), nothing written."""
+    table_id = inproc.create_table(SPEC)
+    sheet = "Sku,Qty,Kind,Since,Open\ns1,1,a,2024-03-05,true\ns2,2.5,b,2023-12-31,false\ns3,,,,\n"
+    with azure.client() as container:
+        container.upload_blob("sheets/stock.csv", sheet.encode())
+
+    assert push(inproc.client(), PushSpec(azure.url("sheets/stock.csv"), table="Stock", key="Sku")).created == 3
+    held = sorted((r["fields"] for r in inproc.rows(table_id)), key=lambda f: f["Sku"])
+    assert [{k: f.get(k) for k in ROWS[0]} for f in held] == ROWS
+    with pytest.raises(SourceError, match="no such object or prefix"):
+        push(inproc.client(), PushSpec(azure.url("sheets/gone.csv"), table="Stock", key="Sku"))
+    assert len(inproc.rows(table_id)) == 3
 
 
 def test_bad_urls_and_queries_are_usage_errors_before_any_write(
