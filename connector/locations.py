@@ -232,6 +232,6 @@ def _bounded(module: str, timeout: float) -> dict[str, Any]:
         return {"config_kwargs": config}
     if module == "gcsfs":
         return {"timeout": timeout, "retries": 2}
-    if module == "adlfs":  # its uploads and downloads; the rest: `ObjectStore`'s deadline
+    if module == "adlfs":  # its uploads and downloads; its other calls: `within`
         return {"connection_timeout": timeout, "read_timeout": timeout}
     return {}
