@@ -175,7 +175,7 @@ class ObjectStore:
         self.url = url.rstrip("/")
         self.scheme = self.url.partition("://")[0].lower()
         self.fs = filesystem(self.url, timeout)
-        self.timeout = timeout
+        self._timeout = timeout
         self.root = self.url.partition("://")[2]
         self._copies = tempfile.TemporaryDirectory(prefix="connector-objects-")
         self._fetched: set[str] = set()
@@ -280,7 +280,7 @@ class ObjectStore:
         return f"{self.root}/{name}"
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return within(self.fs, self.timeout, method, *args, **kwargs)
+        return within(self.fs, self._timeout, method, *args, **kwargs)
 
     @contextlib.contextmanager
     def failures(self, doing: str, url: str) -> Iterator[None]:

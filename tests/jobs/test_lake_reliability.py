@@ -310,9 +310,10 @@ def test_an_azure_store_that_stops_answering_fails_the_run_within_its_timeout(
 
 
 @pytest.mark.needs_server  # the silent endpoint stands in for a store (and azure-core probes `uname`)
-def test_a_push_source_in_azure_that_stops_answering_is_given_6x_the_timeout() -> None:
-    """What a push asks of its source's store first (is it a file, a folder): bounded on
-    Azure as a destination's calls are (`within`), here with a 1 s timeout."""
+def test_an_azure_call_that_gets_no_answer_is_given_6x_the_timeout() -> None:
+    """`within`, which a destination's calls and a push source's first look (`info`) go
+    through on Azure: here that look, with a 1 s timeout (a push's own is the default 60 s,
+    too long to wait out in a test)."""
     with silent_endpoint() as endpoint:
         env = {"AZURE_STORAGE_CONNECTION_STRING": connection_string(endpoint.url)}
         with pytest.MonkeyPatch.context() as patch:
