@@ -71,10 +71,27 @@ def test_a_round_that_opens_connections_does_not_end_slow_start() -> None:
 def test_a_round_whose_quickest_answer_slowed_ends_slow_start() -> None:
     limit = ConcurrencyLimit(32)
     full_round(limit, 0.02)  # 8
-    full_round(limit, 0.026)  # every answer slower: a queue; not yet past the tolerance
+    full_round(limit, 0.025)  # every answer slower: a queue; not yet past the tolerance
     assert limit.level == 9
-    full_round(limit, 0.026)
+    full_round(limit, 0.025)
     assert limit.level == 10
+
+
+def test_past_slow_start_it_grows_only_while_few_requests_wait_in_a_queue() -> None:
+    """Little's law, as TCP Vegas reckons its backlog: level x (1 - fastest / mean) requests
+    wait. More in flight then adds latency, not throughput, though the mean is still well
+    inside the tolerance that cuts."""
+    limit = ConcurrencyLimit(64)
+    for _ in range(3):
+        full_round(limit, 0.02)  # 8, 16, then 17: the fastest answer seen is 20 ms
+    assert limit.level == 17
+    full_round(limit, 0.0215)  # 17 x (1 - 20 / 21.5) = 1.2 waiting
+    assert limit.level == 18
+    for _ in range(5):
+        full_round(limit, 0.024)  # 18 x (1 - 20 / 24) = 3 waiting; 24 ms < the cut's 27 ms
+        assert limit.level == 18
+    full_round(limit, 0.02)  # the queue drained
+    assert limit.level == 19
 
 
 def test_an_error_round_cuts_it_and_growth_is_then_one_a_round() -> None:
