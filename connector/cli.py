@@ -107,7 +107,11 @@ class _Root(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in _LAZY:
             module, attribute, _ = _LAZY[cmd_name]
-            self.add_command(getattr(importlib.import_module(module), attribute), cmd_name)
+            from connector.process import collector_paused
+
+            with collector_paused():  # an export's start: one full collection, ~20 ms
+                command = getattr(importlib.import_module(module), attribute)
+            self.add_command(command, cmd_name)
         return self.commands.get(cmd_name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

@@ -14,6 +14,7 @@ was unless its commit had landed before the signal.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -27,6 +28,7 @@ __all__ = [
     "STOP_GRACE",
     "TABLE_THREADS",
     "Terminated",
+    "collector_paused",
     "exit_now",
     "holding",
     "interrupt_code",
@@ -150,6 +152,20 @@ def raise_if_stopped() -> None:
     Table threads call it between batches and before writing."""
     if _stopped is not None:
         raise _stopped
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector held off, for work that makes many objects and no cycles
+    (imports, a plan's rows): the collections they would set off only scan what the process
+    holds. A collector the program had paused stays paused."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def use_system_allocator() -> None:

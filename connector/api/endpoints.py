@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import lru_cache
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
@@ -133,8 +134,13 @@ def _served_at(response: httpx.Response) -> datetime | None:
     """The server's ``Date`` header (RFC 9110: its clock when it answered), None if absent
     or unreadable."""
     value = response.headers.get("Date")
-    if not value:
-        return None
+    return _http_date(value) if value else None
+
+
+@lru_cache(maxsize=4)
+def _http_date(value: str) -> datetime | None:
+    """An HTTP date read once: every page a server sends within one second carries the same
+    one (1,000 pages: 0.03 s of parsing otherwise)."""
     try:
         served = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):

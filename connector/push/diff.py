@@ -9,9 +9,7 @@ plan is applied.
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,6 +18,7 @@ import pyarrow as pa
 from pandas.arrays import ArrowExtensionArray
 
 from connector.errors import PlanError, Problem, ValidationReport
+from connector.process import collector_paused
 from connector.push.coerce import coerce_column, same_values, wire_values
 from connector.push.live import Live, stamps_of
 from connector.push.plan import Create, Delete, Mode, Plan, Update
@@ -307,20 +306,9 @@ def _creates(prepared: Prepared, positions: np.ndarray[Any, Any]) -> tuple[Creat
         {n: gather(prepared.frame[n], positions) for n in prepared.columns},
         index=pd.RangeIndex(len(positions)),
     )
-    with _collector_paused():
+    with collector_paused():
         records = _records(frame, prepared.table, prepared.columns)
         return tuple(map(Create, prepared.rows[positions].tolist(), records))
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _deletes(
