@@ -13,12 +13,12 @@ window does, from what each answer says:
   whatever the server's load, and a queue at the server slows every answer, the quickest
   too;
 * **congestion avoidance**: past ``START_CEILING``, once the quickest answer slows, or after
-  a cut, it grows by one per such round while fewer than ``QUEUED`` of its requests wait
-  in a queue, as TCP Vegas reckons its backlog (Little's law: the level times
-  1 - fastest / mean). Requests waiting at the server, or for our own busy loop to read
-  their answers, add latency and no throughput: at +20 ms our reader read ~750 pages/s at
-  20 in flight and fell to 380 at 23, where the mean stayed inside the cut's tolerance
-  until the server's queue had already grown;
+  a cut, it grows by one per such round while less than ``QUEUED`` request waits in a
+  queue, as TCP Vegas reckons its backlog (Little's law: the level times 1 - fastest /
+  the round's quickest; the quickest, as a queue delays every answer and jitter does not).
+  Requests waiting at the server, or for our own busy loop to read their answers, add
+  latency and no throughput: at +20 ms our reader read ~750 pages/s at 20 in flight and
+  380 at 23, where the mean was still inside the cut's tolerance;
 * **backing off**: a round with a 5xx or a transport failure multiplies the level by
   ``BACKOFF``; a round whose latency inflated past ``TOLERANCE`` x the fastest (requests
   queue at the server or in our own loop) scales it by how far: ``TOLERANCE`` x fastest
@@ -74,7 +74,7 @@ BACKOFF = 0.7
 #: The deepest cut a round of inflated latency makes (its level times this, at least).
 EASE = 0.5
 #: Past slow start, the level grows only while fewer requests than this wait in a queue.
-QUEUED = 2.0
+QUEUED = 1.0
 
 
 def check_max_concurrency(value: int, where: str = "max_concurrency") -> int:
@@ -171,7 +171,7 @@ class ConcurrencyLimit:
         elif mean > self._fastest * TOLERANCE + SLACK:
             gradient = max(EASE, (self._fastest * TOLERANCE + SLACK) / mean)
             self._cut(max(float(self._floor), min(self._level, self._level * gradient)))
-        elif self._full and (self._slow_start or self._level * (1 - self._fastest / mean) < QUEUED):
+        elif self._full and (self._slow_start or self._queued() < QUEUED):
             # the level held us back and the server kept up: offer more
             if self._quickest > self._last_quickest * START_TOLERANCE + SLACK:
                 self._slow_start = False
@@ -184,6 +184,12 @@ class ConcurrencyLimit:
         self._last_quickest = self._quickest
         self._answers, self._latency, self._quickest, self._errors = 0, 0.0, float("inf"), 0
         self._full = self._in_flight >= self.level
+
+    def _queued(self) -> float:
+        """Requests of this round that waited in a queue: even its quickest answer came
+        ``quickest - fastest`` late, and a level of requests each that late is that many
+        round trips' worth of them."""
+        return self._level * (1 - self._fastest / self._quickest)
 
     def _cut(self, level: float) -> None:
         self._slow_start = False

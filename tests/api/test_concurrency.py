@@ -73,25 +73,37 @@ def test_a_round_whose_quickest_answer_slowed_ends_slow_start() -> None:
     full_round(limit, 0.02)  # 8
     full_round(limit, 0.025)  # every answer slower: a queue; not yet past the tolerance
     assert limit.level == 9
-    full_round(limit, 0.025)
-    assert limit.level == 10
+    full_round(limit, 0.021)
+    assert limit.level == 10  # one a round now, not twice as many
 
 
-def test_past_slow_start_it_grows_only_while_few_requests_wait_in_a_queue() -> None:
-    """Little's law, as TCP Vegas reckons its backlog: level x (1 - fastest / mean) requests
-    wait. More in flight then adds latency, not throughput, though the mean is still well
-    inside the tolerance that cuts."""
+def test_past_slow_start_it_grows_only_while_less_than_a_request_waits_in_a_queue() -> None:
+    """Little's law, as TCP Vegas reckons its backlog: even the round's quickest answer came
+    late by a share of the round trip, and so many of the level's requests waited. More in
+    flight then adds latency, not throughput, though the answers are still well inside the
+    tolerance that cuts."""
     limit = ConcurrencyLimit(64)
     for _ in range(3):
         full_round(limit, 0.02)  # 8, 16, then 17: the fastest answer seen is 20 ms
     assert limit.level == 17
-    full_round(limit, 0.0215)  # 17 x (1 - 20 / 21.5) = 1.2 waiting
+    full_round(limit, 0.0205)  # 17 x (1 - 20 / 20.5) = 0.4 waiting
     assert limit.level == 18
     for _ in range(5):
         full_round(limit, 0.024)  # 18 x (1 - 20 / 24) = 3 waiting; 24 ms < the cut's 27 ms
         assert limit.level == 18
     full_round(limit, 0.02)  # the queue drained
     assert limit.level == 19
+
+
+def test_answers_that_vary_do_not_read_as_a_queue_while_one_stays_quick() -> None:
+    """A distant server's answers spread (jitter); a queue would delay them all."""
+    limit = ConcurrencyLimit(64)
+    for _ in range(3):
+        full_round(limit, 0.02)  # 17
+    for level in range(18, 23):
+        spread = [0.02 + 0.01 * i / (limit.level - 1) for i in range(limit.level)]
+        answered(limit, spread)  # 20 to 30 ms, a mean of 25 ms: within the cut's 27 ms
+        assert limit.level == level
 
 
 def test_an_error_round_cuts_it_and_growth_is_then_one_a_round() -> None:
