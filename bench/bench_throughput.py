@@ -298,7 +298,7 @@ def versus(label: str, ours: Contender, bares: dict[str, Contender], runs: int, 
         print(f"  bare {name}: {fig.text()}, {bares[name].expect / fig.best:,.0f} rows/s, "
               f"{bares[name].requests} requests{'  <- fastest' if name == fastest else ''}")
     print(f"  ratio ours/fastest bare (best vs best) {ratio:.2f}, median vs median {median:.2f}; "
-          f"goal >= {goal} -> {verdict(ratio, goal)}", flush=True)
+          f"goal >= {goal} on the median -> {verdict(median, goal)}", flush=True)
     return mine
 
 
