@@ -5,7 +5,7 @@ group's pages decoded at a time."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +19,15 @@ from connector.push.sheet import Sheet, SourceFrame, arrow_frame, blanked, check
 __all__ = ["open_parquet"]
 
 
-def open_parquet(name: str, markers: frozenset[str], fs: Any = None) -> Sheet:
+def open_parquet(
+    name: str, markers: frozenset[str], fs: Any = None, listed: Sequence[str] = ()
+) -> Sheet:
     """A Parquet file, or a folder (or object storage prefix) of them read as one table in
-    name order: the header from the schema; only the columns asked for are read."""
+    name order: the header from the schema; only the columns asked for are read. In object
+    storage (`fs`), `listed` holds the objects under `name`, as its caller listed them."""
     where = name.split("://", 1)[1] if fs is not None else name
     try:
-        files = _parquet_files(where, fs)
+        files = _parquet_files(where, None if fs is None else listed)
         schema = pq.read_schema(_handle(files[0], fs)) if files else pa.schema([])
         names = tuple(schema.names)
         for other in files[1:]:
@@ -51,19 +54,20 @@ def open_parquet(name: str, markers: frozenset[str], fs: Any = None) -> Sheet:
     return Sheet(name, names, read)
 
 
-def _parquet_files(where: str, fs: Any) -> list[str]:
+def _parquet_files(where: str, listed: Sequence[str] | None) -> list[str]:
     """`where` itself, or the Parquet files under the folder `where` (by name; files and
-    folders whose names start with ``_`` or ``.`` left out, as Parquet writers mark them)."""
-    if fs is None:
+    folders whose names start with ``_`` or ``.`` left out, as Parquet writers mark them),
+    from the disk or, in object storage, from the objects `listed` there."""
+    if listed is None:
         root = Path(where)
         if not root.is_dir():
             return [where]
         found = [str(p) for p in root.rglob("*") if p.is_file()]
         base = str(root)
     else:
-        if fs.isfile(where):
+        if list(listed) == [where]:
             return [where]
-        found = list(fs.find(where))
+        found = list(listed)
         base = where.rstrip("/")
     return sorted(
         f for f in found

@@ -178,8 +178,10 @@ def _open_remote(
     _only_excel(location, sheet, merged_cells, names)
     fs = filesystem(location)
     path = location.split("://", 1)[1]
-    try:  # one call: adlfs's isfile says False for any failure, a timeout included
+    try:  # `within` a deadline: adlfs's isfile says False for any failure, a timeout
+        # included, and its listings wait as long as the Azure SDK retries
         is_file = within(fs, DEFAULT_TIMEOUT, "info", path)["type"] == "file"
+        listed = [path] if is_file else list(within(fs, DEFAULT_TIMEOUT, "find", path))
     except FileNotFoundError:
         raise SourceError(f"{location}: no such object or prefix") from None
     except Exception as exc:  # each store raises its own
@@ -194,7 +196,7 @@ def _open_remote(
         return open_csv(location, data, markers)
     if is_file and suffix not in (".parquet", ".pq"):
         raise SourceError(f"{location}: only CSV and Parquet objects are read from object storage")
-    return open_parquet(location, markers, fs)
+    return open_parquet(location, markers, fs, listed)
 
 
 def _unguarded(data: SourceFrame) -> SourceFrame:

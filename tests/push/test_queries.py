@@ -203,6 +203,28 @@ def test_a_sheet_in_azure_storage_and_one_that_is_not_there(inproc: InProcess, a
     assert len(inproc.rows(table_id)) == 3
 
 
+def test_a_prefix_of_parquet_objects_in_azure_storage(
+    inproc: InProcess, azure: AzureContainer, tmp_path: Path
+) -> None:
+    """The prefix listed `within` its deadline (adlfs's own listing waits as long as the Azure
+    SDK retries); a writer's leftovers under ``_`` left out, as in a folder."""
+    table_id = inproc.create_table(SPEC)
+    inproc.insert(table_id, [{"Sku": "s1", "Qty": 1}, {"Sku": "s2", "Qty": 2}])
+    parts = {"parts/a.parquet": [("s1", 10.0)], "parts/b.parquet": [("s2", 20.0), ("s4", 40.0)],
+             "parts/_temporary/c.parquet": [("s9", 90.0)]}
+    with azure.client() as container:
+        for name, rows in parts.items():
+            file = tmp_path / name.replace("/", "_")
+            pq.write_table(pa.table({"Sku": [r[0] for r in rows], "Qty": [r[1] for r in rows]}), file)
+            container.upload_blob(f"sheets/{name}", file.read_bytes())
+
+    result = push(inproc.client(), PushSpec(azure.url("sheets/parts"), table="Stock", key="Sku"))
+
+    assert (result.created, result.updated) == (1, 2)
+    held = {r["fields"]["Sku"]: r["fields"].get("Qty") for r in inproc.rows(table_id)}
+    assert held == {"s1": 10, "s2": 20, "s4": 40}
+
+
 def test_bad_urls_and_queries_are_usage_errors_before_any_write(
     server: RunningServer, tmp_path: Path
 ) -> None:
