@@ -13,12 +13,13 @@ window does, from what each answer says:
   whatever the server's load, and a queue at the server slows every answer, the quickest
   too;
 * **congestion avoidance**: past ``START_CEILING``, once the quickest answer slows, or after
-  a cut, it grows by one per such round while less than ``QUEUED`` request waits in a
-  queue, as TCP Vegas reckons its backlog (Little's law: the level times 1 - fastest /
-  the round's quickest; the quickest, as a queue delays every answer and jitter does not).
-  Requests waiting at the server, or for our own busy loop to read their answers, add
-  latency and no throughput: at +20 ms our reader read ~750 pages/s at 20 in flight and
-  380 at 23, where the mean was still inside the cut's tolerance;
+  a cut, it grows by one per such round while the round's requests spent less than
+  ``QUEUED`` request's worth of time in a queue, as TCP Vegas reckons its backlog (the
+  level times 1 - fastest / the round's quickest answer: a queue delays every answer, the
+  quickest too, where jitter leaves a quick one). Requests waiting at the server, or for
+  our own busy loop to read their answers, add latency and no throughput: at +20 ms our
+  reader read ~750 pages/s at 20 in flight and 380 at 23, where the mean answer was still
+  inside the cut's tolerance;
 * **backing off**: a round with a 5xx or a transport failure multiplies the level by
   ``BACKOFF``; a round whose latency inflated past ``TOLERANCE`` x the fastest (requests
   queue at the server or in our own loop) scales it by how far: ``TOLERANCE`` x fastest
@@ -73,7 +74,7 @@ START_CEILING = 16
 BACKOFF = 0.7
 #: The deepest cut a round of inflated latency makes (its level times this, at least).
 EASE = 0.5
-#: Past slow start, the level grows only while fewer requests than this wait in a queue.
+#: Past slow start, the level grows only while a round queued less than this (`_queued`).
 QUEUED = 1.0
 
 
@@ -186,9 +187,9 @@ class ConcurrencyLimit:
         self._full = self._in_flight >= self.level
 
     def _queued(self) -> float:
-        """Requests of this round that waited in a queue: even its quickest answer came
-        ``quickest - fastest`` late, and a level of requests each that late is that many
-        round trips' worth of them."""
+        """This round's backlog in requests, as TCP Vegas reckons it: every answer, even the
+        quickest, waited ``quickest - fastest`` at least; a level of requests each that late
+        is the level times ``1 - fastest / quickest`` requests' worth of round trips."""
         return self._level * (1 - self._fastest / self._quickest)
 
     def _cut(self, level: float) -> None:
