@@ -187,12 +187,16 @@ def _signal_while(
 def _aborted_in(start: Start, module: str, importer: str) -> bool | None:
     """Whether the signal landed while `importer` was importing `module`: an import that ends
     by an exception still writes its line, so the lines end with `module` right before
-    `importer` and then only the imports around it (True). None: `module` was imported
-    and the run went on (too late); False: it never began (too early)."""
+    `importer` and then only the imports around it and the stop's own (ours, and modules
+    built into the interpreter) (True). None: `module` was imported and the run went on
+    (too late); False: it never began (too early)."""
     if module not in start.imported:
         return False
     after = start.imported[start.imported.index(module) + 1:]
-    if after[:1] == [importer] and all(m.startswith(importer.split(".")[0]) for m in after):
+    ours = importer.split(".")[0]
+    if after[:1] == [importer] and all(
+        m.startswith(ours) or m in sys.builtin_module_names for m in after
+    ):
         return True
     return None
 
