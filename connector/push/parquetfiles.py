@@ -64,9 +64,7 @@ def _parquet_files(where: str, listed: Sequence[str] | None) -> list[str]:
             return [where]
         found = [str(p) for p in root.rglob("*") if p.is_file()]
         base = str(root)
-    else:
-        if list(listed) == [where]:
-            return [where]
+    else:  # one object is listed as itself, and kept: its caller took only .parquet or .pq
         found = list(listed)
         base = where.rstrip("/")
     return sorted(
