@@ -54,6 +54,40 @@ def test_malformed_csv_is_a_clear_source_error(tmp_path: Path, text: str, expect
         read_source(write(tmp_path / "bad.csv", text))
 
 
+#: CSVs a spreadsheet, a script or a hand may write: quotes in and around cells, line breaks
+#: in cells and between records, blank and short records, markers, a BOM, other delimiters.
+HOSTILE_CSVS = [
+    'a,b\n1,2\n', 'a,b\n"x,y",2\n', 'a,b\n"x""y",2\n', 'a,b\nx"y,2\n', 'a,b\n"ab"c,2\n',
+    'a,b\n"multi\nline",2\n', 'a,b\r\n1,2\r\n', 'a,b\r1,2\r', 'a,b\n1,2\n\n3,4\n', 'a,b\n1\n',
+    'a,b\n 1 , 2 \n', 'a,b\n,\n', 'a,b\n"",""\n', 'a,b\nNA,null\n', 'a\n\n1\n', 'a,b\n1,2',
+    '\ufeffa,b\n1,2\n', 'a;b\n1;2\n', 'a,b\n"a" ,b\n', 'a,b\n\\"x,y\n', 'a,,c\n1,,3\n',
+    'a,b\n\t1,2\n', 'a,b\n"x\r\ny",1\n', "a,b\n'q,1\n", 'NA,b\n1,2\n', ',b\n,2\n', 'a,b\n',
+    'a, b\n1, 2\n', '"a,1",b\n1,2\n', 'a,b\n1,"2\n3"\n', 'ä,ö\nü,ß\n', 'a,b\n007,1e5\n',
+    'a\tb\n"1\t2"\t3\n', 'a|b\n|\n',
+]
+
+
+@pytest.mark.parametrize("markers", [frozenset(), frozenset({"NA", "-"})])
+@pytest.mark.parametrize("text", HOSTILE_CSVS)
+def test_arrows_csv_reader_reads_what_pandas_reads_or_leaves_the_file_to_it(
+    text: str, markers: frozenset[str]
+) -> None:
+    """The fast reader (Arrow's) reads a CSV cell for cell as pandas' does, or declines."""
+    from connector.push.csvfile import _arrow_cells, _pandas_cells, _sniff_delimiter
+
+    data = text.encode()
+    delimiter = _sniff_delimiter(data.decode("utf-8-sig"))
+    fast = _arrow_cells(data, delimiter, markers)
+    header, frame = _pandas_cells("a.csv", data.decode("utf-8-sig"), delimiter, markers)
+    if fast is None:  # only a short record (pandas pads it) or, given markers, a header cell
+        # that is empty or one of them (Arrow's reader would read it as null)
+        assert text == "a,b\n1\n" or (markers and any(h in markers or not h for h in header))
+        return
+    assert fast[0] == header
+    assert {i: c.tolist() for i, c in fast[1].items()} == {i: c.tolist() for i, c in frame.items()}
+    assert list(fast[1].dtypes) == list(frame.dtypes)
+
+
 def test_csv_drops_unnamed_empty_columns(tmp_path: Path) -> None:
     source = read_source(write(tmp_path / "a.csv", "Name,Age,,\nAnn,3,,\nBo,4,,\n"))
     assert list(source.frame.columns) == ["Name", "Age"]
