@@ -308,9 +308,14 @@ def _text_keys(texts: pd.Series) -> tuple[pd.Series, np.ndarray[Any, Any], dict[
         ok = np.isfinite(floats)
         keys.iloc[rest[ok]] = _float_keys(floats[ok])
         failed[rest[ok]] = False
-        read = pa.array(texts.iloc[rest[ok]].tolist(), pa.string())
-        mantissa = pc.utf8_ltrim(pc.replace_substring_regex(read, r"[eE].*$|[^0-9]", ""), "0")
-        long = pc.utf8_length(mantissa).to_numpy(zero_copy_only=False) > _DOUBLE_DIGITS
+        read = pa.array(texts.iloc[rest[ok]].array, pa.string())
+        # only a text longer than a double's digits can hold more of them
+        long = pc.utf8_length(read).to_numpy(zero_copy_only=False) > _DOUBLE_DIGITS
+        if long.any():
+            where = np.flatnonzero(long)
+            mantissa = pc.utf8_ltrim(pc.replace_substring_regex(
+                read.take(pa.array(where)), r"[eE].*$|[^0-9]", ""), "0")
+            long[where] = pc.utf8_length(mantissa).to_numpy(zero_copy_only=False) > _DOUBLE_DIGITS
         for i, text, number in zip(rest[ok][long], texts.iloc[rest[ok][long]],
                                    floats[ok][long], strict=True):
             if not _names_double(text, float(number)):
