@@ -405,10 +405,17 @@ def _stored(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 
 
 def _rows(table: Any, columns: Sequence[str] | None) -> Iterator[pa.RecordBatch]:
-    """The table's `columns` (those it has; None: all), marked rows included, batch by batch."""
-    names = _names(table)
-    wanted = list(names) if columns is None else [c for c in columns if c in names]
-    yield from table.to_pyarrow_dataset().to_batches(columns=wanted)
+    """The table's `columns` (those it has; None: all), marked rows included, batch by batch,
+    in the types its schema gives them (deltalake's scan gives text as string views).
+
+    deltalake's own streaming scan (`DeltaTable.scan`), not `to_pyarrow_dataset`: importing
+    `pyarrow.dataset` imports pandas, 0.3 s of CPU, most of what a quiet sync into Delta
+    cost beyond SQLite."""
+    held = pa.schema(table.schema().to_arrow())
+    wanted = held.names if columns is None else [c for c in columns if c in held.names]
+    types = pa.schema([held.field(c) for c in wanted])
+    for batch in pa.RecordBatchReader.from_stream(table.scan(columns=wanted)):
+        yield batch.cast(types)
 
 
 def _retyped(table: Any, schema: pa.Schema) -> bool:

@@ -19,11 +19,11 @@ from click.testing import CliRunner, Result
 from deltalake import DeltaTable
 
 from connector.cli import main
-from connector.destinations import Committed, DestinationConfig
+from connector.destinations import Committed, DestinationConfig, Target, open_destination
 from connector.destinations.formats import ROW_GROUP_ROWS
 from connector.errors import DestinationError
 from tests.destinations.helpers import apply, config
-from tests.destinations.samples import ROWS, batch, batches, numbered
+from tests.destinations.samples import ROWS, TABLE, batch, batches, numbered
 from tests.destinations.test_cli import EXPECTED, FIELDS, SPEC
 from tests.fixtures.azurite import AzureContainer
 from tests.fixtures.s3 import S3Bucket
@@ -199,6 +199,26 @@ def test_every_type_survives(tmp_path: Path) -> None:
     apply(delta(lake), [batch(ROWS)])
     back = DeltaTable(f"{lake}/orders").to_pyarrow_table().to_pylist()
     assert back == ROWS  # choices come back as their text, timestamps as UTC
+
+
+def test_a_scan_reads_every_column_in_the_type_the_table_holds(tmp_path: Path) -> None:
+    """Our reads go through deltalake's own scan, which hands text over as string views:
+    what a scan yields must be the table's own types and values, as deltalake's Arrow
+    table reads them."""
+    lake = str(tmp_path / "lake")
+    apply(delta(lake), [batch(ROWS)])
+    held = DeltaTable(f"{lake}/orders").to_pyarrow_table()
+    destination = open_destination(delta(lake))
+    try:
+        read = pa.Table.from_batches(
+            destination.scan(Target(TABLE, "orders"), held.schema.names), schema=held.schema
+        )
+    finally:
+        destination.close()
+    assert [f.type for f in read.schema] == [f.type for f in held.schema]
+    assert sorted(read.to_pylist(), key=lambda r: r["_id"]) == sorted(
+        held.to_pylist(), key=lambda r: r["_id"]
+    )
 
 
 def test_data_files_have_our_row_groups_compressed(tmp_path: Path) -> None:
