@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from itertools import repeat
 from typing import Any
 
@@ -17,7 +18,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connector.stamps import stamp_of
+from connector.stamps import micros_of, stamp_of
 
 __all__ = [
     "arrow_ints",
@@ -29,7 +30,9 @@ __all__ = [
     "int64_values",
     "newer",
     "no_ids",
+    "stamp_scalar",
     "string_array",
+    "text_scalar",
 ]
 
 
@@ -101,6 +104,19 @@ def arrow_mask(mask: npt.NDArray[np.bool_]) -> pa.Array:
     """A numpy boolean array as an Arrow one, from its bits."""
     bits = np.packbits(np.ascontiguousarray(mask, np.bool_), bitorder="little")
     return pa.Array.from_buffers(pa.bool_(), len(mask), [None, pa.py_buffer(bits)])
+
+
+def text_scalar(text: str) -> pa.Scalar:
+    """`text` as an Arrow string scalar. `pa.scalar` of any Python value makes pyarrow
+    import pandas (0.3 s of CPU; a Delta merge paid it for its op column)."""
+    return string_array([text])[0]
+
+
+def stamp_scalar(value: datetime) -> pa.Scalar:
+    """`value` as an Arrow timestamp scalar in UTC microseconds, without `pa.scalar`
+    (see `text_scalar`)."""
+    data = np.array([micros_of(value)], np.int64)
+    return pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), 1, [None, pa.py_buffer(data)])[0]
 
 
 def arrow_ints(values: npt.NDArray[np.int64]) -> pa.Array:

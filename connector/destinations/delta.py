@@ -48,9 +48,9 @@ from urllib.parse import urlsplit
 
 import pyarrow as pa
 
+from connector.arrays import stamp_scalar, text_scalar
 from connector.destinations.arrow import conform, plain_type
 from connector.destinations.base import (
-    MARK_TYPE,
     Committed,
     TableChange,
     Target,
@@ -363,20 +363,20 @@ def _with_ops(
 ) -> Iterator[pa.RecordBatch]:
     """A merge's source: the rows as upserts, then the deleted ids as rows (nulls but the id,
     and the stamp when marking)."""
-    upsert = pa.scalar("upsert")
+    upsert = text_scalar("upsert")
     for batch in rows:
         batch = conform(batch, schema)
         columns = [*batch.columns, pa.repeat(upsert, batch.num_rows)]
         yield pa.RecordBatch.from_arrays(columns, names=source.names)
     if not len(gone):
         return
-    now = pa.scalar(datetime.now(UTC), MARK_TYPE)
+    now = stamp_scalar(datetime.now(UTC))
     columns = []
     for f in source:
         if f.name == target.id_name:
             columns.append(gone.cast(f.type))
         elif f.name == source.names[-1]:  # the op column
-            columns.append(pa.repeat(pa.scalar("delete"), len(gone)))
+            columns.append(pa.repeat(text_scalar("delete"), len(gone)))
         elif f.name == target.deleted_name and stamp:
             columns.append(pa.repeat(now, len(gone)))
         else:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connector.arrays import newer, string_array
+from connector.arrays import newer, stamp_scalar, string_array, text_scalar
 from connector.jobs.reads import lower_bound
 from connector.stamps import CLOCK_MARGIN, horizon, iso, micros, parse, stamp_of
 
@@ -29,6 +29,18 @@ def test_text_order_is_time_order_and_every_stamp_reads_back(a: datetime, b: dat
     assert (iso(a) < iso(b)) == (a < b)
     assert parse(iso(a)) == a.replace(tzinfo=UTC)
     assert stamp_of(micros(iso(a))) == iso(a)
+
+
+@given(instants)
+def test_a_stamp_scalar_is_the_instant_as_a_utc_microsecond_timestamp(value: datetime) -> None:
+    stamp = stamp_scalar(value)
+    assert stamp.type == pa.timestamp("us", tz="UTC")
+    assert stamp_of(stamp.value) == iso(value)
+
+
+@given(st.text())
+def test_a_text_scalar_is_the_text(text: str) -> None:
+    assert (text_scalar(text).type, text_scalar(text).as_py()) == (pa.string(), text)
 
 
 @given(st.lists(instants, min_size=1, max_size=5))
