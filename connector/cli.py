@@ -43,6 +43,8 @@ def _catch_starting() -> list[signal.Signals]:
 
 _starting = _catch_starting()
 
+import atexit  # noqa: E402
+import gc  # noqa: E402
 import importlib  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
@@ -259,6 +261,11 @@ def run() -> None:
     # while the process starts (0.09 s of CPU on 2 cores), and no command does linear
     # algebra. A value the user set is kept.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # At exit the interpreter's collections walk every object the command left behind: 0.3
+    # to 0.8 s of a quiet sync into SQLite or Iceberg, more after a large push. Frozen by the
+    # time they run, those objects are not walked; each one is still freed when nothing
+    # refers to it (files close, buffers flush) and every other exit handler still runs.
+    atexit.register(gc.freeze)
     main()
 
 
