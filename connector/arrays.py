@@ -112,11 +112,11 @@ def text_scalar(text: str) -> pa.Scalar:
     return string_array([text])[0]
 
 
-def stamp_scalar(value: datetime) -> pa.Scalar:
-    """`value` as an Arrow timestamp scalar in UTC microseconds, without `pa.scalar`
+def stamp_scalar(value: datetime, type: pa.TimestampType) -> pa.Scalar:
+    """`value` as a scalar of `type`, a timestamp in microseconds, without `pa.scalar`
     (see `text_scalar`)."""
     data = np.array([micros_of(value)], np.int64)
-    return pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), 1, [None, pa.py_buffer(data)])[0]
+    return pa.Array.from_buffers(type, 1, [None, pa.py_buffer(data)])[0]
 
 
 def arrow_ints(values: npt.NDArray[np.int64]) -> pa.Array:

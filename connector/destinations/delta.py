@@ -51,6 +51,7 @@ import pyarrow as pa
 from connector.arrays import stamp_scalar, text_scalar
 from connector.destinations.arrow import conform, plain_type
 from connector.destinations.base import (
+    MARK_TYPE,
     Committed,
     TableChange,
     Target,
@@ -370,7 +371,7 @@ def _with_ops(
         yield pa.RecordBatch.from_arrays(columns, names=source.names)
     if not len(gone):
         return
-    now = stamp_scalar(datetime.now(UTC))
+    now = stamp_scalar(datetime.now(UTC), MARK_TYPE)
     columns = []
     for f in source:
         if f.name == target.id_name:

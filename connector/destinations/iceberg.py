@@ -58,6 +58,7 @@ import pyarrow.compute as pc
 from connector.arrays import stamp_scalar
 from connector.destinations.arrow import conform, plain_type
 from connector.destinations.base import (
+    MARK_TYPE,
     Committed,
     TableChange,
     Target,
@@ -361,7 +362,7 @@ def _merge_by_ids(
     stamped: list[pa.RecordBatch] = []
     doomed: set[str] = set()  # held ids whose rows go (replaced, deleted or re-stamped)
     deleted = 0
-    now = stamp_scalar(datetime.now(UTC))
+    now = stamp_scalar(datetime.now(UTC), MARK_TYPE)
     if coming or gone:
         wanted = coming | gone
         for batch in _rows(table, None if stamping else [old_id], _in(old_id, wanted)):

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from connector.arrays import arrow_mask, stamp_scalar
 from connector.destinations.arrow import conform
-from connector.destinations.base import TableChange, Target
+from connector.destinations.base import MARK_TYPE, TableChange, Target
 from connector.destinations.evolve import rename_fields, renames
 from connector.ids import IdSet, hash_ids
 
@@ -83,7 +83,7 @@ class KeptRows:
         merging = change.mode == "merge"
         coming = change.ids or IdSet()
         gone = IdSet.of([change.deleted]) if merging and len(change.deleted) else IdSet()
-        now = stamp_scalar(datetime.now(UTC))
+        now = stamp_scalar(datetime.now(UTC), MARK_TYPE)
         for batch in self.read_old(None):
             batch = conform(rename_fields(batch, self._renames), self.schema)
             if not merging:

@@ -33,7 +33,7 @@ def test_text_order_is_time_order_and_every_stamp_reads_back(a: datetime, b: dat
 
 @given(instants)
 def test_a_stamp_scalar_is_the_instant_as_a_utc_microsecond_timestamp(value: datetime) -> None:
-    stamp = stamp_scalar(value)
+    stamp = stamp_scalar(value, pa.timestamp("us", tz="UTC"))
     assert stamp.type == pa.timestamp("us", tz="UTC")
     assert stamp_of(stamp.value) == iso(value)
 
