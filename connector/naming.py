@@ -26,8 +26,8 @@ API, Dagster, dlt, Singer) names tables through `assign`; `docs/naming.md` state
 
 An object the destination holds without a record of its table (written before names were
 recorded, or not by us) is taken by nobody, except by a table whose spelled name (plain, or
-with its id) is exactly its name: that table adopts it. A destination records a table's name
-once its first write committed (`Destination.claim`).
+with its id) is exactly its name: that table adopts it. A destination records the names of
+a run's tables once the first of them committed there (`Destination.claim`).
 """
 
 from __future__ import annotations

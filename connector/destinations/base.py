@@ -8,7 +8,7 @@ only after every destination committed, never runs ahead of what a destination h
 
     check()            unreachable or misconfigured: fail now, before any read
     held()             the table names it holds, and which table id each holds
-    claim(names)       record which table id a name holds (after its first commit)
+    claim(names)       record which table id each name holds (after a run's first commit)
     locate(t)          where the table is, as a person reads it
     stored(t)          the table's schema as held here (None: no such table yet)
     scan(t, columns)   its live rows (not marked deleted), batch by batch
@@ -149,7 +149,8 @@ class Destination(Protocol):
         (`connector.destinations.held`). What `connector.naming` names tables from."""
 
     def claim(self, names: Mapping[str, str]) -> None:
-        """Record that each name holds its table id (called once its first write committed)."""
+        """Record that each name holds its table id (called once a run's first table
+        committed here, with every name of the run)."""
 
     def locate(self, target: Target) -> str:
         """Where the table is, as a person reads it (a file, a URL, a SQL table name)."""

@@ -92,8 +92,9 @@ class RunContext:
         self.halt = threading.Event()
         self._held = {id(d): threading.Lock() for d in self.destinations}
         self._lock = threading.Lock()  # results, state and events, shared by the threads
-        #: Names waiting to be recorded in each destination, and one recorder at a time each.
-        self._unclaimed: list[dict[str, str]] = [{} for _ in self.destinations]
+        #: The tables the run writes, and one recorder of their names at a time in each
+        #: destination (`claim`).
+        self._placed = {table.id for table, _ in chosen.tables}
         self._claiming = [threading.Lock() for _ in self.destinations]
 
     def targets(self, table: Table) -> list[Target]:
@@ -101,32 +102,21 @@ class RunContext:
         return [Target(table, p.names[table.id]) for p in self.placements]
 
     def claim(self, index: int, target: Target) -> None:
-        """Record in destination `index` that `target`'s name holds its table (after its
-        first commit there), unless it already says so; returns once it is recorded.
-
-        The names of tables committed meanwhile are recorded together: one rewrite of a
-        folder's record for many tables, not one each (200 small tables waited on 200
-        rewrites in turn)."""
-        placement, table_id = self.placements[index], target.table.id
-        unclaimed = self._unclaimed[index]
-        with self._lock:
-            if placement.held.get(target.name) == table_id:
-                return
-            unclaimed[target.name] = table_id
+        """Record in destination `index` that `target`'s name holds its table; returns once
+        it is recorded. The first table to commit there records the names of every table
+        the run places there, in one rewrite of the record: 200 small tables had waited on
+        their rewrites in turn. (Nothing is recorded before something is written; a name
+        recorded for a table the run then fails to write is the one it is given again.)"""
+        placement = self.placements[index]
         with self._claiming[index]:
-            with self._lock:
-                names = dict(unclaimed)
-                unclaimed.clear()
-            if not names:
-                return  # recorded with another table's, before this thread's turn
-            try:
-                self.destinations[index].claim(names)
-            except BaseException:
-                with self._lock:
-                    unclaimed.update(names)  # the next recorder tries them again
-                raise
-            with self._lock:
-                placement.held.update(names)
+            if placement.held.get(target.name) == target.table.id:
+                return
+            names = {
+                name: table_id for table_id, name in placement.names.items()
+                if table_id in self._placed and placement.held.get(name) != table_id
+            }
+            self.destinations[index].claim(names)
+            placement.held.update(names)
 
     def record(self, result: TableResult) -> TableResult:
         with self._lock:

@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from connector.cli import main
+from connector.destinations.held import FolderRecord
 from tests.destinations.helpers import Place
 from tests.destinations.test_iceberg import IcebergPlace
 from tests.fixtures.server import RunningServer
@@ -192,6 +193,30 @@ def test_the_record_of_names_says_which_table_each_name_holds(
     record = json.loads((tmp_path / "_connector_tables.json").read_text())
     assert {e["name"]: e["table_id"] for e in record["tables"]} == {
         "Orders": upper_id, f"orders-{lower_id}": lower_id}
+
+
+def test_a_run_records_every_name_in_one_rewrite_and_a_run_after_it_in_none(
+    server: RunningServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tables are written on threads; each waited for its own rewrite of the record when a
+    rewrite recorded the names committed meanwhile (62 rewrites for 200 tables)."""
+    rewrites: list[dict[str, str]] = []
+    claim = FolderRecord.claim
+
+    def counted(record: FolderRecord, names: dict[str, str]) -> None:
+        rewrites.append(dict(names))
+        claim(record, names)
+
+    monkeypatch.setattr(FolderRecord, "claim", counted)
+    made = dict(table(server, f"T{i:02d}", "x") for i in range(24))
+
+    went = targets(run(server, ["export", "--out", str(tmp_path)]))
+
+    assert [set(r.values()) for r in rewrites] == [set(made)]
+    record = json.loads((tmp_path / "_connector_tables.json").read_text())
+    assert {e["table_id"]: e["name"] for e in record["tables"]} == went
+    assert targets(run(server, ["export", "--out", str(tmp_path)])) == went
+    assert len(rewrites) == 1  # every name held already: nothing rewritten
 
 
 @pytest.mark.parametrize(
