@@ -2,9 +2,10 @@
 
 `connector.naming` hands out a table's name from what a destination holds, so a destination
 records, for each name it gave a table, that table's id (`Destination.claim`): once a run's
-first table is written there, every name of the run at once. A folder (files, Delta, Iceberg's warehouse) keeps the record in
-``_connector_tables.json`` beside the tables (dataset readers skip a leading ``_``); a
-database in a table of that name (`connector.destinations.sql`, `duckdb`).
+first table is written there, every name of the run at once. A folder (files, Delta,
+Iceberg's warehouse) keeps the record in ``_connector_tables.json`` beside the tables
+(dataset readers skip a leading ``_``); a database in a table of that name
+(`connector.destinations.sql`, `duckdb`).
 
 An object the destination holds that no record names (written before names were recorded,
 or by someone else) is held by no known table: `held` lists it with ``None``.
