@@ -213,9 +213,9 @@ def test_cuts_too_soon_to_measure_never_more_than_halve_the_pace() -> None:
 
 def test_a_search_that_heard_nothing_while_it_held_its_guess_resumes_from_the_guess() -> None:
     """Every request on its way when the bucket ran dry was refused, and each waits out the
-    server's Retry-After (1 s): nothing is answered while the guess is held. The second the
-    hold took is no time the guess bound: the search doubles from the guess when answers
-    resume, not from four times it."""
+    server's Retry-After (1 s): nothing is answered while the guess is held. Only time past
+    the hold doubles the guess: when answers resume, the pace is still near the guess, not
+    four times it."""
     clock = Clock()
     limiter = RateLimiter(clock=clock)
     server = Server(clock, 50)

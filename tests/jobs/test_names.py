@@ -198,8 +198,8 @@ def test_the_record_of_names_says_which_table_each_name_holds(
 def test_a_run_records_every_name_in_one_rewrite_and_a_run_after_it_in_none(
     server: RunningServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Tables are written on threads; each waited for its own rewrite of the record when a
-    rewrite recorded the names committed meanwhile (62 rewrites for 200 tables)."""
+    """The first table to commit records the names of all the run's tables, though tables
+    commit on threads; a run whose names are all held rewrites nothing."""
     rewrites: list[dict[str, str]] = []
     claim = FolderRecord.claim
 
