@@ -32,9 +32,7 @@ limit probing:
 * **probe**: after ``PROBE_AFTER`` seconds of cruising while the pace binds, the pace climbs
   past the limit (doubling every ``PROBE_DOUBLING`` seconds) until a 429 measures the limit
   again: a raised limit is found, a lowered one too. A probe that finds what was known
-  doubles the time to the next (up to ``PROBE_MAX``); a measurement that may be short (the
-  requests fell more than a bucket behind it, so the bucket overflowed) is probed after
-  ``PROBE_SOON``.
+  doubles the time to the next (up to ``PROBE_MAX``).
 * **start** (a later process): the limit remembered (`RateMemory`) starts the pace above it,
   by ``EXCESS`` requests a round trip, which spends what the bucket saved while no request
   was made; the first 429 means the bucket is empty: cruise. If more was accepted by then
@@ -123,10 +121,6 @@ TRUSTED = 3600.0
 PROBE_SOON = 2.0
 #: A probe's limit within this share of the one known is the same limit.
 SAME = 0.05
-#: A measurement during which the requests fell more than a full bucket behind the limit may
-#: be short (the bucket overflowed): by more than this share, it is probed after PROBE_SOON
-#: seconds of cruise.
-SHORT = 0.02
 #: With a known limit, a process starts above it, spending what the bucket saved: by EXCESS
 #: requests a round trip (so about that many are on their way when the bucket runs dry, to be
 #: refused), at least BURST_LEAST and at most BURST requests a second (BURST before a round
@@ -343,7 +337,7 @@ class RateLimiter:
             self._mark, self._since, log = now, 0, self._log
             self._log = []
             if mark is not None:
-                return self._measured(max(MIN_RATE, since / (now - mark)), now, mark, log)
+                return self._measured(max(MIN_RATE, _refill(mark, now, log, since)), now)
         if not judged:
             return None
         elapsed = now - (self._began or now)
@@ -367,15 +361,10 @@ class RateLimiter:
         self._cut_epoch(now, skip=DRAIN)  # the bucket is empty: let it save a little
         return told
 
-    def _measured(self, limit: float, now: float, mark: float, log: list[tuple[float, int]]) -> Learned:
-        """A 429 measured the limit: cruise just under it, probing again later: sooner if the
-        limit moved, or if the requests fell so far behind it meanwhile (`log`: when each
-        was accepted, counted from `mark`) that the bucket may have overflowed, which makes a
-        measurement short."""
-        behind = max((limit * (at - mark) - count for at, count in log), default=0.0)
-        if behind - limit * BURST_SECONDS > SHORT * limit * (now - mark):
-            self._probe_every = PROBE_SOON
-        elif self._phase == _PROBE and abs(limit - self._limit) <= SAME * self._limit:
+    def _measured(self, limit: float, now: float) -> Learned:
+        """A 429 measured the limit: cruise just under it, probing again later (sooner if
+        the limit moved)."""
+        if self._phase == _PROBE and abs(limit - self._limit) <= SAME * self._limit:
             self._probe_every = min(PROBE_MAX, 2 * self._probe_every)
         else:
             self._probe_every = PROBE_AFTER
@@ -480,6 +469,34 @@ class RateLimiter:
             self._tell(None)
         if told is not None:
             self._tell(told)
+
+
+def _refill(mark: float, now: float, log: list[tuple[float, int]], accepted: int) -> float:
+    """The refill rate of a bucket of `BURST_SECONDS` of it, empty at `mark` and at `now`,
+    that let through the `accepted` requests `log` counts (when, how many since `mark`).
+
+    That is what was accepted over the time, unless the requests fell more than a bucket
+    behind the rate meanwhile: what the full bucket could not keep was never accepted, and
+    the rate is the one that also refilled it (found by bisection: what a rate leaves in
+    the bucket grows with the rate)."""
+
+    def left(rate: float) -> float:
+        held, tokens, last, taken = rate * BURST_SECONDS, 0.0, mark, 0
+        for at, count in log:
+            tokens = min(held, tokens + rate * (at - last)) - (count - taken)
+            last, taken = at, count
+        return min(held, tokens + rate * (now - last)) - (accepted - taken)
+
+    low = accepted / (now - mark)
+    if left(low) >= 0.0:  # nothing overflowed
+        return low
+    high = 2.0 * low
+    while left(high) < 0.0:
+        low, high = high, 2.0 * high
+    while high - low > 1e-4 * low:
+        middle = (low + high) / 2.0
+        low, high = (middle, high) if left(middle) < 0.0 else (low, middle)
+    return high
 
 
 class RateMemory:
