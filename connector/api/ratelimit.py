@@ -404,9 +404,13 @@ class RateLimiter:
                 self._mark = None  # the bucket refilled while unused: a measurement would be short
             return None
         if self._phase in (_SEARCH, _PROBE):
-            # a search holds its guess for a WINDOW: a 429 sooner would measure nothing
-            held = self._phase == _SEARCH and self._mark is not None and now - self._mark < WINDOW
-            if not held:
+            # a search holds its guess for a WINDOW after a 429 (a 429 sooner would measure
+            # nothing), and only time past the hold doubles it: answers may resume just as the
+            # hold ends (every request on its way at the first 429 refused, waiting out its
+            # Retry-After)
+            if self._phase == _SEARCH and self._mark is not None:
+                since = min(since, now - self._mark - WINDOW)
+            if since > 0:
                 doubling = SEARCH_DOUBLING if self._phase == _SEARCH else PROBE_DOUBLING
                 self._rate *= 2.0 ** (since / doubling)
         elif self._phase == _CRUISE and self._limit:

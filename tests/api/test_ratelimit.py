@@ -34,6 +34,7 @@ from connector.api.ratelimit import (
     TRUSTED,
     Learned,
     RateMemory,
+    Slot,
     limiter_for,
 )
 from connector.extract import Extraction
@@ -161,6 +162,35 @@ def test_a_search_that_fell_a_bucket_behind_the_limit_still_measures_it(limit: i
     assert guess.rate < 0.35 * limit  # the search climbed from it for over a second: overflowed
     assert measured.rate == pytest.approx(limit, rel=0.03)  # measured at once all the same
     assert server.statuses[429] <= 3
+
+
+def test_a_search_that_heard_nothing_while_it_held_its_guess_resumes_from_the_guess() -> None:
+    """Every request on its way when the bucket ran dry was refused, and each waits out the
+    server's Retry-After (1 s): nothing is answered while the guess is held. Only time past
+    the hold doubles the guess: when answers resume, the pace is still near the guess, not
+    four times it."""
+    clock = Clock()
+    limiter = RateLimiter(clock=clock)
+    server = Server(clock, 50)
+    while not server.statuses[429]:
+        drive(limiter, server, 1)
+    guess = limiter.rate
+    assert guess is not None and guess <= 50
+    for _ in range(3):  # sent before the 429 came: refused as well
+        assert server.answer()[0] == 429
+        limiter.on_throttled(Slot(0.0, limiter.epoch - 1))
+    clock.now += 1.0  # their Retry-After: nothing sent, nothing answered
+    retries = [limiter.reserve() for _ in range(3)]  # all at once, at the pace
+    began = clock.now
+    for slot in retries:
+        clock.now = began + slot.wait
+        assert server.answer()[0] == 200
+        limiter.on_accepted(slot)
+    assert limiter.rate is not None and limiter.rate <= 1.2 * guess
+    drive(limiter, server, 0, until=4.0)
+    assert limiter.learned == pytest.approx(50, rel=0.03)
+    assert server.statuses[429] == 5  # the first, the three on their way, one to measure
+
 
 
 def test_the_limit_is_what_was_accepted_between_two_429s_a_window_apart() -> None:
