@@ -12,10 +12,10 @@ still rules, so a quota of an hour is spent, then waited for. A server that refu
 
 **A learned limit.** A server's limit is, in effect, a token bucket: a 429 means the bucket is
 empty, so what it accepted between two 429s at least ``WINDOW`` apart is its refill rate,
-exactly (whatever the pace in between, as long as the bucket did not overflow: it holds
-about a second's requests, ``BURST_SECONDS``). So the pacer goes through phases, as TCP BBR
-does (startup, cruise, periodic probes of the bandwidth) and as Netflix's Gradient2 keeps its
-limit probing:
+exactly, whatever the pace in between; where the pace fell behind it, the bucket (about a
+second's requests, ``BURST_SECONDS``) overflowed, and what it could not keep counts too
+(`_refill`). So the pacer goes through phases, as TCP BBR does (startup, cruise, periodic
+probes of the bandwidth) and as Netflix's Gradient2 keeps its limit probing:
 
 * **free**: nothing known; requests go unpaced (only the concurrency limit bounds them).
 * **search**: after the first 429 the pace starts at a guess that cannot be above the limit
