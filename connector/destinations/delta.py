@@ -69,6 +69,7 @@ from connector.destinations.storage import Store, open_store, remove_uncommitted
 from connector.extras import require
 from connector.locations import is_remote
 from connector.process import uninterruptible
+from connector.scratch import Scratch
 
 __all__ = ["DeltaDestination", "open_delta", "storage_options"]
 
@@ -147,7 +148,7 @@ class DeltaDestination:
         self.deltalake = require("deltalake", _FEATURE)
         self.config = config
         self.capabilities = kind("delta").capabilities
-        self._spools = tempfile.TemporaryDirectory(prefix="connector-delta-")
+        self._spools = Scratch("connector-delta-")
         # deltalake's Parquet writer holds a row group's encoded pages until it is full, and
         # its default row group is 1M rows: a whole table of that size was held. Ours is
         # the file formats' (`ROW_GROUP_ROWS`); compressed as deltalake's default does.

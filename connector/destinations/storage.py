@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -37,6 +36,7 @@ from typing import Any, Protocol
 from connector.atomic import atomic_path
 from connector.errors import ConnectorError, DestinationError
 from connector.locations import DEFAULT_TIMEOUT, SCHEMES, filesystem, is_remote, within
+from connector.scratch import Scratch
 
 __all__ = ["PART_BYTES", "LocalStore", "ObjectStore", "Store", "open_store", "remove_uncommitted"]
 
@@ -177,7 +177,7 @@ class ObjectStore:
         self.fs = filesystem(self.url, timeout)
         self._timeout = timeout
         self.root = self.url.partition("://")[2]
-        self._copies = tempfile.TemporaryDirectory(prefix="connector-objects-")
+        self._copies = Scratch("connector-objects-")
         self._fetched: set[str] = set()
 
     def url_of(self, name: str) -> str:

@@ -12,7 +12,6 @@ The workers are given `STOP_GRACE` seconds to unwind; one that does not is left 
 
 from __future__ import annotations
 
-import tempfile
 import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
@@ -27,6 +26,7 @@ from connector.process import STOP_GRACE, TABLE_THREADS, raise_if_stopped, unwai
 from connector.progress import Progress, progress
 from connector.results import TableResult
 from connector.schema import Table
+from connector.scratch import Scratch
 
 __all__ = ["TABLE_WORKERS", "run_tables"]
 
@@ -44,7 +44,7 @@ def run_tables(run: RunContext, chosen: RunPlan) -> list[TableResult]:
         return list(run.results)
     workers = min(len(work), TABLE_WORKERS, run.client.concurrency.maximum)
     run.parallel = workers > 1
-    with tempfile.TemporaryDirectory(prefix="connector-sync-") as tmp:
+    with Scratch("connector-sync-") as tmp:
         total = sum(run.listed_rows.get(t.id, 0) for t, f in work if not f)
         bar_wanted = run.parallel and run.show_progress is not False
         with (
@@ -52,7 +52,7 @@ def run_tables(run: RunContext, chosen: RunPlan) -> list[TableResult]:
             if bar_wanted else nullcontext(None) as bar
         ):
             run.bar = None if bar is None else _LockedBar(bar)
-            _on_threads(run, work, workers, Path(tmp))
+            _on_threads(run, work, workers, tmp)
     return list(run.results)
 
 

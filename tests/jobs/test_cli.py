@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 
+from connector import scratch
 from connector.cli import main
 from tests.jobs.conftest import MakeWorkspace, Workspace, person
 
@@ -121,14 +123,20 @@ def test_two_runs_of_one_job_never_overlap(make_workspace: MakeWorkspace, tmp_pa
 
 
 def test_kill_9_mid_sync_leaves_state_and_outputs_then_a_rerun_is_correct(
-    make_workspace: MakeWorkspace, tmp_path: Path
+    make_workspace: MakeWorkspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The killed run's spool (rows it had read, in the temp folder) is removed by the next."""
     ws = make_workspace(people=50, latency_ms=40)
     job = ws.job("[sync]\nincremental = true\nlookback = 0\n" + PARQUET, concurrency=1)
     assert ws.run(job).status == "ok"
     state_before = (tmp_path / "job.state.json").read_bytes()
     parquet_before = (tmp_path / "pq" / "People.parquet").read_bytes()
     ws.server.insert_rows(ws.people, [person(i) for i in range(50, 1050)])
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))  # the killed run's and the rerun's
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    monkeypatch.setattr(scratch, "_swept", set())
 
     run = cli(ws, "sync", str(job))
     wait_for_lock_holder(tmp_path / "job.lock")
@@ -141,8 +149,11 @@ def test_kill_9_mid_sync_leaves_state_and_outputs_then_a_rerun_is_correct(
     assert (tmp_path / "pq" / "People.parquet").read_bytes() == parquet_before
     assert sorted(p.name for p in (tmp_path / "pq").iterdir()) == [
         "People.parquet", "_connector_tables.json"]
+    (spool,) = temp.iterdir()  # left by the kill, with the rows read so far
+    assert spool.name.startswith("connector-sync-") and any(spool.glob("*.arrow"))
 
     summary = ws.run(job)
+    assert list(temp.iterdir()) == []
 
     people = summary.tables[0]
     assert (people.status, people.read, people.rows_read) == ("ok", "incremental", 1000)
