@@ -10,6 +10,7 @@ of a kind removes every folder of that kind whose lock no process holds, as
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -55,13 +56,16 @@ class Scratch:
 
 
 def _locked_folder(prefix: str) -> tuple[Path, int]:
-    """A new folder holding its lock, locked. Between making the lock and locking it,
-    another process may take the folder for a dead one's and remove it: then another is
-    made."""
+    """A new folder holding its lock, locked. Another process may take the new folder for a
+    dead one's and remove it (while it is empty, or between making its lock and locking
+    it): then another is made."""
     for _ in range(5):
         folder = Path(tempfile.mkdtemp(prefix=prefix))
         lock = folder / LOCK
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        except FileNotFoundError:  # swept while empty, before its lock was made
+            continue
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             if os.stat(lock).st_ino == os.fstat(fd).st_ino:
@@ -73,8 +77,9 @@ def _locked_folder(prefix: str) -> tuple[Path, int]:
 
 
 def _sweep(parent: str, prefix: str) -> None:
-    """Remove the `prefix` folders in `parent` whose lock no process holds. A folder with no
-    lock yet is being made (or is not ours): it stays."""
+    """Remove the `prefix` folders in `parent` whose lock no process holds, and those left
+    empty with no lock (a kill between removing a folder's lock and the folder). A folder
+    holding files but no lock is not ours to judge: it stays."""
     with _swept_lock:
         if (parent, prefix) in _swept:
             return
@@ -87,7 +92,11 @@ def _sweep(parent: str, prefix: str) -> None:
         folder = Path(parent, name)
         try:
             fd = os.open(folder / LOCK, os.O_RDONLY)
-        except OSError:  # no lock, another user's, or gone
+        except FileNotFoundError:
+            with contextlib.suppress(OSError):  # only while empty
+                folder.rmdir()
+            continue
+        except OSError:  # another user's, or gone
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

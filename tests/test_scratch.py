@@ -81,15 +81,19 @@ def test_a_killed_processs_folder_is_removed_by_the_next_one_made(
 
 
 @pytest.mark.slow  # starts a process
-def test_a_live_processs_folder_and_a_folder_with_no_lock_are_left(
+def test_a_live_processs_folder_and_files_with_no_lock_are_left(
     temp: Path, holder: subprocess.Popen[str]
 ) -> None:
     alive = held_folder(holder)
-    unlocked = temp / "connector-test-unlocked"  # being made, or not ours
+    unlocked = temp / "connector-test-unlocked"  # files, no lock: not ours to judge
     unlocked.mkdir()
+    (unlocked / "rows.arrow").write_bytes(b"rows")
+    emptied = temp / "connector-test-emptied"  # a kill between removing its lock and it
+    emptied.mkdir()
     with Scratch("connector-test-"):
         assert (alive / "rows.arrow").is_file()
-        assert unlocked.is_dir()
+        assert (unlocked / "rows.arrow").is_file()
+        assert not emptied.exists()
 
 
 @pytest.mark.slow  # starts a process
