@@ -12,6 +12,7 @@ import atexit
 import datetime as dt
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -33,7 +34,9 @@ TAP = str(Path(sys.executable).with_name("tap-tabledata"))
 
 
 def _demo_server() -> RunningServer:
-    running = RunningServer(Path(tempfile.mkdtemp(prefix="tap-tabledata-")), {"demo": True})
+    folder = tempfile.mkdtemp(prefix="tap-tabledata-")
+    running = RunningServer(Path(folder), {"demo": True})
+    atexit.register(shutil.rmtree, folder, True)  # after the stop: atexit runs last first
     atexit.register(running.stop)
     return running.start()
 
