@@ -39,10 +39,6 @@ class Scratch:
         self.path, fd = _locked_folder(prefix)
         self._finalizer = weakref.finalize(self, _remove, self.path, fd)
 
-    @property
-    def name(self) -> str:
-        return str(self.path)
-
     def cleanup(self) -> None:
         self._finalizer()
 

@@ -22,7 +22,7 @@ import sys, time
 from connector.scratch import Scratch
 held = Scratch(sys.argv[1])
 (held.path / "rows.arrow").write_bytes(b"x" * 1000)
-print(held.name, flush=True)
+print(held.path, flush=True)
 time.sleep(120)
 """
 

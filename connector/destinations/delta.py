@@ -319,7 +319,7 @@ class DeltaDestination:
         """`batches` (shaped as Delta stores them) written to a local Arrow IPC file by this
         thread, then handed over as a C++ reader of that file (see the module docstring)."""
         out = pa.schema([_stored_field(f) for f in schema])
-        fd, name = tempfile.mkstemp(suffix=".arrow", dir=self._spools.name)
+        fd, name = tempfile.mkstemp(suffix=".arrow", dir=self._spools.path)
         os.close(fd)
         path = Path(name)
         count = 0

@@ -191,7 +191,7 @@ class ObjectStore:
 
     def readable(self, name: str) -> Path | None:
         """The object's local copy, downloaded once a run (then kept in step by writes)."""
-        copy = Path(self._copies.name) / name
+        copy = self._copies.path / name
         if name not in self._fetched:
             if not self.get(name, copy):
                 copy.unlink(missing_ok=True)
@@ -200,7 +200,7 @@ class ObjectStore:
 
     @contextlib.contextmanager
     def replace(self, name: str) -> Iterator[Path]:
-        copy = Path(self._copies.name) / name
+        copy = self._copies.path / name
         try:
             with atomic_path(copy) as temp:
                 yield temp

@@ -192,7 +192,6 @@ def test_a_search_that_heard_nothing_while_it_held_its_guess_resumes_from_the_gu
     assert server.statuses[429] == 5  # the first, the three on their way, one to measure
 
 
-
 def test_the_limit_is_what_was_accepted_between_two_429s_a_window_apart() -> None:
     clock = Clock()
     told: list[Learned] = []
