@@ -34,10 +34,11 @@ probes of the bandwidth) and as Netflix's Gradient2 keeps its limit probing:
   again: a raised limit is found, a lowered one too. A probe that finds what was known
   doubles the time to the next (up to ``PROBE_MAX``).
 * **start** (a later process): the limit remembered (`RateMemory`) starts the pace above it,
-  by ``EXCESS`` requests a round trip, which spends what the bucket saved while no request
-  was made; the first 429 means the bucket is empty: cruise. If more was accepted by then
-  than the limit allows (its rate over the time plus a full bucket, x ``RAISED``), the limit
-  was raised, or lifted: it is forgotten and requests go free. A remembered first guess is
+  by ``EXCESS`` requests a round trip (as answers take now: the median of the last
+  ``ROUND_TRIPS``), which spends what the bucket saved while no request was made; the first
+  429 means the bucket is empty: cruise. If more was accepted by then than the limit allows
+  (its rate over the time plus a full bucket, x ``RAISED``), the limit was raised, or
+  lifted: it is forgotten and requests go free. A remembered first guess is
   a start too, probed after ``PROBE_SOON`` seconds of cruise (a start given more than it
   allows by its first 429 searches on from there; given ``LIFTED`` times as much before
   one, it is forgotten), and so is a limit older than ``TRUSTED`` seconds.
@@ -59,6 +60,7 @@ import hashlib
 import json
 import math
 import os
+import statistics
 import threading
 import time
 from collections import deque
@@ -85,6 +87,7 @@ __all__ = [
     "PUBLISHED_SHARE",
     "RAISED",
     "RESERVE",
+    "ROUND_TRIPS",
     "SEARCH_DOUBLING",
     "SHORT_CUT",
     "STRIKES",
@@ -125,7 +128,10 @@ SAME = 0.05
 #: requests a round trip (so about that many are on their way when the bucket runs dry, to be
 #: refused), at least BURST_LEAST and at most BURST requests a second (BURST before a round
 #: trip is timed). Fast enough that a limit since lifted shows within a fraction of a second.
+#: The round trip is the median of the last ROUND_TRIPS: under load answers take many times
+#: the quickest, and reckoned by the quickest, three or four were refused where one should be.
 EXCESS = 0.5
+ROUND_TRIPS = 8
 BURST_LEAST = 20.0
 BURST = 100.0
 #: Accepted past the known limit's allowance x this: the limit was raised, or lifted. Past a
@@ -209,9 +215,10 @@ class RateLimiter:
         self._epoch = 0  #: how many times the pace was cut
         self._seq = 0  #: bookings made
         self._open: dict[int, float] = {}  #: bookings not answered yet: when each starts
-        #: The quickest round trip (a start to its answer): a new connection's is many times
-        #: a kept one's, and a start paced by the first would creep for a fraction of a second.
-        self._rtt: float | None = None
+        #: The last ROUND_TRIPS round trips (a start to its answer), whose median is what
+        #: answers take now: not the first (a new connection's is many times a kept one's),
+        #: nor the quickest (under load most answers are many times slower).
+        self._trips: deque[float] = deque(maxlen=ROUND_TRIPS)
         self._began: float | None = None  # the first booking
         self._bound_at = -math.inf  # the last booking that had to wait: the pace binds
         self._grown_at = 0.0  # when a rising pace last grew
@@ -326,7 +333,7 @@ class RateLimiter:
         """`slot`'s request is no longer on its way; how long it took is a round trip."""
         start = self._open.pop(slot.seq, None) if slot is not None else None
         if start is not None and now >= start:
-            self._rtt = now - start if self._rtt is None else min(self._rtt, now - start)
+            self._trips.append(now - start)
 
     # -- learning ---------------------------------------------------------------------------
 
@@ -425,8 +432,8 @@ class RateLimiter:
         the bucket runs dry (a guess given more by then searches on from what was given), or
         more is accepted than the limit could give (x LIFTED for a guess): the limit was raised
         or lifted (forget it: go free)."""
-        if self._rtt:
-            self._rate = self._limit + max(BURST_LEAST, min(BURST, EXCESS / self._rtt))
+        if self._trips and (trip := statistics.median(self._trips)) > 0:
+            self._rate = self._limit + max(BURST_LEAST, min(BURST, EXCESS / trip))
         elapsed = now - (self._began or now)
         allowed = self._limit * (elapsed + BURST_SECONDS)
         if self.accepted <= (LIFTED if self._guessed else RAISED) * allowed:

@@ -37,8 +37,9 @@ ROWS = 400  #: each: 21 pages of 20 rows (they overlap by one), 63 a read of eve
 PAGE = "20"
 UPDATES = 60  #: rows a push changes: one PATCH each
 #: 429s a later run may meet: where its burst allowance runs out, one, and those of the
-#: requests in flight with it (more on a loaded machine, where answers are slow). Without
-#: the memory every run meets the limit anew: 9 429s a run here.
+#: requests on their way with it (about `EXCESS`, reckoned by how long answers take now, so
+#: a loaded machine's slow answers do not put more on their way). Without the memory every
+#: run meets the limit anew: 9 429s a run here.
 LATER_429S = 3
 SPEC = {"columns": [{"name": "Code", "type": "text"}, {"name": "Qty", "type": "number"}]}
 

@@ -8,6 +8,7 @@ publishes) would. Then a few reads over real HTTP, counted by the server."""
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import json
 import threading
@@ -94,6 +95,38 @@ def drive(limiter: RateLimiter, server: Server, requests: int, gap: float = 0.00
             limiter.on_throttled(slot, quota)
         else:
             limiter.on_accepted(slot, quota)
+    return clock.now - began
+
+
+def drive_in_flight(limiter: RateLimiter, server: Server, requests: int, in_flight: int,
+                    latency: Callable[[int], float]) -> float:
+    """`requests` requests sent by `in_flight` workers at once, each at the start `limiter`
+    books (booked again if a cut came while it waited), judged by the bucket when sent and
+    answered `latency(n)` seconds later (n: the answer's number); returns the seconds taken."""
+    clock = server.clock
+    began, sent = clock.now, itertools.count()
+    events: list[tuple[float, int, int, Slot | None]] = []  # (when, order, status, slot)
+    order = itertools.count()
+
+    def book() -> None:
+        slot = limiter.reserve()
+        heapq.heappush(events, (clock.now + slot.wait, next(order), 0, slot))
+
+    for _ in range(in_flight):
+        book()
+    while events:
+        clock.now, _, status, slot = heapq.heappop(events)
+        assert slot is not None
+        if status == 0:  # a start: send it, unless a cut came while it waited
+            if slot.wait > 0 and limiter.epoch != slot.epoch:
+                book()
+                continue
+            status, _ = server.answer()
+            heapq.heappush(events, (clock.now + latency(next(sent)), next(order), status, slot))
+            continue
+        (limiter.on_throttled if status == 429 else limiter.on_accepted)(slot)
+        if sum(server.statuses.values()) < requests:
+            book()
     return clock.now - began
 
 
@@ -265,6 +298,20 @@ def test_a_remembered_limit_spends_the_bucket_then_cruises_under_it() -> None:
     assert limiter.learned == 50 and limiter.rate == pytest.approx(BACKOFF * 50)
     assert pace(server, 50, 500, limiter) >= 0.95 and server.statuses[429] == 1
     assert told == []  # nothing new
+
+
+def test_a_remembered_limit_is_spent_at_a_pace_its_slower_answers_keep_few_on_their_way() -> None:
+    """Under load answers slow, and the quickest round trip seen is no measure of them: the
+    requests on their way when the bucket runs dry are refused, so the start's excess is
+    reckoned from the round trips answers take now, not the quickest."""
+    clock = Clock()
+    limiter = RateLimiter(clock=clock, known=Learned(25.0, measured=True))
+    server = Server(clock, 25)
+    # a new connection's first answer, then mostly 30 ms, one in eight quick
+    drive_in_flight(limiter, server, 300, in_flight=4,
+                    latency=lambda n: 0.15 if n == 0 else 0.005 if n % 8 == 1 else 0.03)
+    assert server.statuses[429] <= 2, server.statuses  # where it ran dry, and about EXCESS more
+    assert limiter.learned == 25
 
 
 def test_a_limit_since_lifted_is_forgotten_at_once() -> None:
