@@ -4,7 +4,8 @@ measuring it; shared per key and remembered between processes (`connector.api.ra
 Its logic runs on a clock the test moves, against the reference server's own token bucket
 (`connector.server.ratelimit`, on the same clock): `drive` sends requests one after another,
 each at the start the pacer books, and answers each as the bucket (and the header forms it
-publishes) would. Then a few reads over real HTTP, counted by the server."""
+publishes) would; `drive_in_flight` keeps several on their way at once. Then a few reads
+over real HTTP, counted by the server."""
 
 from __future__ import annotations
 
@@ -105,7 +106,7 @@ def drive_in_flight(limiter: RateLimiter, server: Server, requests: int, in_flig
     answered `latency(n)` seconds later (n: the answer's number); returns the seconds taken."""
     clock = server.clock
     began, sent = clock.now, itertools.count()
-    events: list[tuple[float, int, int, Slot | None]] = []  # (when, order, status, slot)
+    events: list[tuple[float, int, int, Slot]] = []  # (when, order, status: 0 to send, slot)
     order = itertools.count()
 
     def book() -> None:
@@ -116,7 +117,6 @@ def drive_in_flight(limiter: RateLimiter, server: Server, requests: int, in_flig
         book()
     while events:
         clock.now, _, status, slot = heapq.heappop(events)
-        assert slot is not None
         if status == 0:  # a start: send it, unless a cut came while it waited
             if slot.wait > 0 and limiter.epoch != slot.epoch:
                 book()
