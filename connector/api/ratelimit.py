@@ -34,14 +34,13 @@ probes of the bandwidth) and as Netflix's Gradient2 keeps its limit probing:
   again: a raised limit is found, a lowered one too. A probe that finds what was known
   doubles the time to the next (up to ``PROBE_MAX``).
 * **start** (a later process): the limit remembered (`RateMemory`) starts the pace above it,
-  by ``EXCESS`` requests a round trip (as answers take now: the median of the last
-  ``ROUND_TRIPS``), which spends what the bucket saved while no request was made; the first
-  429 means the bucket is empty: cruise. If more was accepted by then than the limit allows
-  (its rate over the time plus a full bucket, x ``RAISED``), the limit was raised, or
-  lifted: it is forgotten and requests go free. A remembered first guess is
-  a start too, probed after ``PROBE_SOON`` seconds of cruise (a start given more than it
-  allows by its first 429 searches on from there; given ``LIFTED`` times as much before
-  one, it is forgotten), and so is a limit older than ``TRUSTED`` seconds.
+  by ``EXCESS`` requests a round trip (as answers take now), which spends what the bucket
+  saved while no request was made; the first 429 means the bucket is empty: cruise. If more
+  was accepted by then than the limit allows (its rate over the time plus a full bucket, x
+  ``RAISED``), the limit was raised, or lifted: it is forgotten and requests go free. A
+  remembered first guess is a start too, probed after ``PROBE_SOON`` seconds of cruise, as is
+  a limit older than ``TRUSTED`` seconds (a guess given more than it allows by its first 429
+  searches on from there; given ``LIFTED`` times as much before one, it is forgotten).
 
 Measured and published limits are remembered as limits; a first guess as a guess, which never
 replaces a limit. Requests booked before a cut were paced too fast: those still waiting book
@@ -60,7 +59,6 @@ import hashlib
 import json
 import math
 import os
-import statistics
 import threading
 import time
 from collections import deque
@@ -128,8 +126,7 @@ SAME = 0.05
 #: requests a round trip (so about that many are on their way when the bucket runs dry, to be
 #: refused), at least BURST_LEAST and at most BURST requests a second (BURST before a round
 #: trip is timed). Fast enough that a limit since lifted shows within a fraction of a second.
-#: The round trip is the median of the last ROUND_TRIPS: under load answers take many times
-#: the quickest, and reckoned by the quickest, three or four were refused where one should be.
+#: The round trip: the median of the last ROUND_TRIPS (under load, many times the quickest).
 EXCESS = 0.5
 ROUND_TRIPS = 8
 BURST_LEAST = 20.0
@@ -215,9 +212,8 @@ class RateLimiter:
         self._epoch = 0  #: how many times the pace was cut
         self._seq = 0  #: bookings made
         self._open: dict[int, float] = {}  #: bookings not answered yet: when each starts
-        #: The last ROUND_TRIPS round trips (a start to its answer), whose median is what
-        #: answers take now: not the first (a new connection's is many times a kept one's),
-        #: nor the quickest (under load most answers are many times slower).
+        #: The last round trips (a start to its answer): their median is what answers take
+        #: now, not a new connection's first (many times a kept one's) nor a rare quick one.
         self._trips: deque[float] = deque(maxlen=ROUND_TRIPS)
         self._began: float | None = None  # the first booking
         self._bound_at = -math.inf  # the last booking that had to wait: the pace binds
@@ -393,8 +389,7 @@ class RateLimiter:
         self._phase, self._rate, self._grown_at, self._bound_at = phase, rate, now, now
 
     def _cut_epoch(self, now: float, skip: int = 0) -> None:
-        """The pace changed: bookings waiting book again, the first `skip` slots from now on
-        left empty."""
+        """The pace changed: waiting bookings book again; the next `skip` slots stay empty."""
         self._epoch += 1
         self._next_start = now + (1 + skip) / (self._rate or MIN_RATE)
 
@@ -432,7 +427,7 @@ class RateLimiter:
         the bucket runs dry (a guess given more by then searches on from what was given), or
         more is accepted than the limit could give (x LIFTED for a guess): the limit was raised
         or lifted (forget it: go free)."""
-        if self._trips and (trip := statistics.median(self._trips)) > 0:
+        if self._trips and (trip := sorted(self._trips)[len(self._trips) // 2]) > 0:
             self._rate = self._limit + max(BURST_LEAST, min(BURST, EXCESS / trip))
         elapsed = now - (self._began or now)
         allowed = self._limit * (elapsed + BURST_SECONDS)
