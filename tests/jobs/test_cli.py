@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import psycopg
 import pyarrow.parquet as pq
@@ -20,6 +22,8 @@ from click.testing import CliRunner
 from connector import scratch
 from connector.cli import main
 from tests.jobs.conftest import MakeWorkspace, Workspace, person
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[2]
 PARQUET = '[tables]\ninclude = ["People"]\n[[destination]]\nparquet = "pq"\n'
@@ -38,24 +42,21 @@ def cli(ws: Workspace, *args: str) -> subprocess.Popen[str]:
     )
 
 
-def wait_for(found: Callable[[], list[Path]], timeout: float = 20.0) -> list[Path]:
-    """What `found` finds once it finds something (it is asked every 10 ms)."""
+def wait_for(found: Callable[[], T], what: str, timeout: float = 20.0) -> T:
+    """What `found` finds once it finds something, asked every 10 ms while a process changes
+    the files it looks at (one gone as it looks finds nothing yet)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if paths := found():
-            return paths
+        with contextlib.suppress(OSError):
+            if result := found():
+                return result
         time.sleep(0.01)
-    raise AssertionError(f"nothing found within {timeout}s")
+    raise AssertionError(f"no {what} within {timeout}s")
 
 
-def wait_for_lock_holder(lock: Path, timeout: float = 20.0) -> None:
+def wait_for_lock_holder(lock: Path) -> None:
     """Until a run has taken the job's lock (it writes its pid into the lock file)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if lock.exists() and lock.read_text().strip():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"no run took {lock} within {timeout}s")
+    wait_for(lambda: lock.read_text().strip(), f"run took {lock}")
 
 
 def test_a_bad_job_file_exits_2_naming_the_key_without_a_traceback(tmp_path: Path) -> None:
@@ -150,7 +151,8 @@ def test_kill_9_mid_sync_leaves_state_and_outputs_then_a_rerun_is_correct(
     monkeypatch.setattr(scratch, "_swept", set())
 
     run = cli(ws, "sync", str(job))
-    spooled = wait_for(lambda: [f for f in temp.glob("connector-sync-*/*.arrow") if f.stat().st_size])
+    spooled = wait_for(lambda: [f for f in temp.glob("connector-sync-*/*.arrow") if f.stat().st_size],
+                       "spooled rows")
     run.kill()  # reading 20 pages at 40 ms each, the first already spooled
     run.communicate()
 
