@@ -7,6 +7,7 @@ commit). So a failed or stopped write leaves the table as it was, and a job's st
 only after every destination committed, never runs ahead of what a destination holds.
 
     check()            unreachable or misconfigured: fail now, before any read
+    version()          a token that moves with every change here (None: none read cheaply)
     held()             the table names it holds, and which table id each holds
     claim(names)       record which table id each name holds (after a run's first commit)
     locate(t)          where the table is, as a person reads it
@@ -142,6 +143,11 @@ class Destination(Protocol):
 
     def check(self) -> None:
         """Fail now (`DestinationError`, `ConfigError`) if the destination cannot be used."""
+
+    def version(self) -> str | None:
+        """A token that changes whenever anything held here changes (any writer's commit, a
+        name claimed), read without opening the destination's library; None: none such.
+        What lets a run answer from what it remembers (`connector.destinations.remembered`)."""
 
     def held(self) -> dict[str, str | None]:
         """The table names held here (as `Target.name` spells them) and the table id each

@@ -67,7 +67,7 @@ from connector.destinations.base import (
     own_errors,
 )
 from connector.destinations.evolve import rename_fields, renames
-from connector.destinations.held import FolderRecord, held
+from connector.destinations.held import RECORD_FILE, FolderRecord, held
 from connector.destinations.registry import DestinationConfig, kind
 from connector.destinations.rewrite import CountingRows, KeptRows
 from connector.destinations.storage import open_store, remove_uncommitted
@@ -195,6 +195,22 @@ class IcebergDestination:
     def check(self) -> None:
         """The catalog reachable (and, for the folder's own, creatable)."""
         self._open_catalog(create=True)
+
+    def version(self) -> str | None:
+        """The folder's own catalog file's change counter, and the name record's stamp: one
+        moves with every commit, the other with every claim, whoever makes them. None for a
+        shared catalog, and for a catalog file that does not count its changes (WAL mode)."""
+        local = self._local_catalog()
+        if local is None:
+            return None
+        counter = _change_counter(local)
+        if counter is None:
+            return None
+        try:
+            record = os.stat(Path(self.config.target) / RECORD_FILE)
+        except FileNotFoundError:
+            return f"{counter}"
+        return f"{counter}:{record.st_ino}:{record.st_mtime_ns}:{record.st_size}"
 
     def close(self) -> None:
         if self._catalog is not None:
@@ -496,6 +512,25 @@ def _iceberg_type(type_: pa.DataType) -> Any:
     simple = {pa.float64(): t.DoubleType(), pa.int64(): t.LongType(), pa.bool_(): t.BooleanType(),
               pa.date32(): t.DateType()}
     return simple.get(plain, t.StringType())
+
+
+def _change_counter(catalog: Path) -> str | None:
+    """A SQLite file's identity and its change counter (the header's bytes 24-27, moved by
+    every transaction that changed the file: sqlite.org/fileformat.html); None when there
+    is no file, when a hot journal may yet roll a change back, or in WAL mode (byte 18 is 2),
+    where the counter need not move."""
+    try:
+        with open(catalog, "rb") as file:
+            header = file.read(100)
+            identity = os.fstat(file.fileno())
+    except FileNotFoundError:
+        return None
+    if (
+        len(header) < 100 or not header.startswith(b"SQLite format 3\0") or header[18] != 1
+        or catalog.with_name(catalog.name + "-journal").exists()
+    ):
+        return None
+    return f"{identity.st_dev}:{identity.st_ino}:{int.from_bytes(header[24:28], 'big')}"
 
 
 # --- reading --------------------------------------------------------------------------------

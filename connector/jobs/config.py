@@ -207,6 +207,11 @@ class Job:
         return self.state_dir / f"{self.name}.state.json"
 
     @property
+    def memory_path(self) -> Path:
+        """What runs remember of the destinations (`connector.destinations.remembered`)."""
+        return self.state_dir / f"{self.name}.remembered"
+
+    @property
     def lock_path(self) -> Path:
         return self.state_dir / f"{self.name}.lock"
 

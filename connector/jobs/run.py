@@ -35,6 +35,7 @@ in the result (`TableResult.verified`).
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -47,6 +48,7 @@ from typing import Any
 from connector.api import Client
 from connector.api.retry import RetryEvent, RetryPolicy
 from connector.destinations import Destination, open_destination
+from connector.destinations.remembered import RememberedDestination
 from connector.errors import ConfigError, ConnectorError
 from connector.jobs.choose import choose
 from connector.jobs.config import Job, PushSpec
@@ -170,9 +172,14 @@ class _Runner:
         job = self.job
         with ExitStack() as stack:
             destinations: list[Destination] = []
+            remembered: list[RememberedDestination] = []
             for config in job.destinations:
                 destination: Destination = _located(job, config.where, partial(open_destination, config))
                 stack.callback(destination.close)
+                if not job.one_shot and destination.version() is not None:
+                    key = hashlib.sha256(config.describe().encode()).hexdigest()[:16]
+                    destination = RememberedDestination(destination, job.memory_path / key)
+                    remembered.append(destination)
                 destinations.append(destination)
             checked = None if self.dry_run else _checking(job, destinations)
             chosen = None
@@ -209,6 +216,8 @@ class _Runner:
                 )
                 self.tables = run_tables(self.context, chosen)
                 state = self.context.state
+            for memory in remembered:
+                memory.keep()
             raise_if_stopped()
         return state
 
