@@ -23,11 +23,13 @@ is its own module's business.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
@@ -245,6 +247,25 @@ def _ticks(value: datetime, type_: pa.TimestampType) -> int:
 
 def live_rows(held: Iterable[str], target: Target, updated_after: datetime | None) -> LiveRows:
     return LiveRows(held, target, updated_after)
+
+
+def sqlite_version(path: Path) -> str | None:
+    """A SQLite file's `Destination.version`: its identity and its change counter (the
+    header's bytes 24-27, moved by every transaction that changed the file:
+    sqlite.org/fileformat.html). None when there is no file, when a hot journal may yet roll
+    a change back, or in WAL mode (byte 18 is 2), where the counter need not move."""
+    try:
+        with open(path, "rb") as file:
+            header = file.read(100)
+            identity = os.fstat(file.fileno())
+    except FileNotFoundError:
+        return None
+    if (
+        len(header) < 100 or not header.startswith(b"SQLite format 3\0") or header[18] != 1
+        or path.with_name(path.name + "-journal").exists()
+    ):
+        return None
+    return f"{identity.st_dev}:{identity.st_ino}:{int.from_bytes(header[24:28], 'big')}"
 
 
 # --- for the kinds: whose failure a failure is ----------------------------------------------

@@ -65,6 +65,7 @@ from connector.destinations.base import (
     library_errors,
     live_rows,
     own_errors,
+    sqlite_version,
 )
 from connector.destinations.evolve import rename_fields, renames
 from connector.destinations.held import RECORD_FILE, FolderRecord, held
@@ -203,7 +204,7 @@ class IcebergDestination:
         local = self._local_catalog()
         if local is None:
             return None
-        counter = _change_counter(local)
+        counter = sqlite_version(local)
         if counter is None:
             return None
         try:
@@ -512,25 +513,6 @@ def _iceberg_type(type_: pa.DataType) -> Any:
     simple = {pa.float64(): t.DoubleType(), pa.int64(): t.LongType(), pa.bool_(): t.BooleanType(),
               pa.date32(): t.DateType()}
     return simple.get(plain, t.StringType())
-
-
-def _change_counter(catalog: Path) -> str | None:
-    """A SQLite file's identity and its change counter (the header's bytes 24-27, moved by
-    every transaction that changed the file: sqlite.org/fileformat.html); None when there
-    is no file, when a hot journal may yet roll a change back, or in WAL mode (byte 18 is 2),
-    where the counter need not move."""
-    try:
-        with open(catalog, "rb") as file:
-            header = file.read(100)
-            identity = os.fstat(file.fileno())
-    except FileNotFoundError:
-        return None
-    if (
-        len(header) < 100 or not header.startswith(b"SQLite format 3\0") or header[18] != 1
-        or catalog.with_name(catalog.name + "-journal").exists()
-    ):
-        return None
-    return f"{identity.st_dev}:{identity.st_ino}:{int.from_bytes(header[24:28], 'big')}"
 
 
 # --- reading --------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from connector.destinations.base import (
     Committed,
     TableChange,
     Target,
+    sqlite_version,
     system_kind,
 )
 from connector.destinations.evolve import rename_fields, renames
@@ -99,8 +100,10 @@ class SqlDestination:
     def locate(self, target: Target) -> str:
         return target.name
 
-    def version(self) -> None:  # reading what is held costs little here
-        return None
+    def version(self) -> str | None:
+        """A SQLite file's (`sqlite_version`); None for a server's database."""
+        file = self.database.file
+        return None if file is None or self.database.engine != "sqlite" else sqlite_version(file)
 
     def held(self) -> dict[str, str | None]:
         if self._absent():

@@ -18,8 +18,8 @@ import pyarrow as pa
 
 from connector.destinations import Destination, make_config, open_destination
 from connector.jobs.config import load_job
-from tests.jobs.conftest import Workspace
-from tests.jobs.test_iceberg_jobs import assert_same_as_server, held, iceberg_table
+from tests.jobs.conftest import Workspace, sql_rows
+from tests.jobs.test_iceberg_jobs import assert_same_as_server, held, iceberg_table, upstream
 from tests.jobs.test_sync import change_people, result
 
 JOB = '[sync]\nincremental = true\ndeletes = "delete"\n[[destination]]\niceberg = "lake"\n'
@@ -115,6 +115,30 @@ def test_another_writers_commit_is_seen_though_runs_remembered_the_table(
 
     assert (people.status, people.rows_deleted) == ("ok", 1), people.error
     assert_same_as_server(workspace, workspace.people, held(lake))
+
+
+def test_another_writers_row_in_a_sqlite_table_is_seen_though_runs_remembered_it(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """SQLite files have the same version (`connector.destinations.base.sqlite_version`)."""
+    job = workspace.job(JOB.replace('iceberg = "lake"', 'url = "sqlite:///wh.db"'))
+    for _ in range(3):
+        workspace.run(job)
+    assert remembered(job)
+    with sqlite3.connect(tmp_path / "wh.db") as db:
+        columns = [row[1] for row in db.execute('PRAGMA table_info("People")')]
+        rest = ", ".join(f'"{c}"' for c in columns[1:])
+        db.execute(f'INSERT INTO "People" SELECT \'row_stranger\', {rest} FROM "People" LIMIT 1')
+
+    people = result(workspace.run(job), "People")
+
+    assert (people.status, people.rows_deleted) == ("ok", 1), people.error
+    rows = {r["_id"]: r for r in sql_rows(f"sqlite:///{tmp_path / 'wh.db'}")}
+    want = upstream(workspace, workspace.people)
+    assert sorted(rows) == sorted(want)
+    assert {i: (r["Name"], r["Score"]) for i, r in rows.items()} == {
+        i: (r["Name"], r["Score"]) for i, r in want.items()
+    }
 
 
 def test_a_catalog_that_does_not_count_its_changes_is_read_every_run(
