@@ -1,13 +1,14 @@
 """Where tables go: one protocol every destination implements, one registry of kinds.
 
-    base        the protocol (`Destination`): check, held, claim, locate, stored, scan,
-                apply, close; what crosses it (`Target`, `TableChange`, `Committed`);
+    base        the protocol (`Destination`): check, version, held, claim, locate, stored,
+                scan, apply, close; what crosses it (`Target`, `TableChange`, `Committed`);
                 `open_destination`
     registry    every kind (`KINDS`, `Capabilities`, its options), `DestinationConfig`,
                 `make_config` (cheap to import)
     evolve      column changes (`diff`) and the one set of rules converting held values
     held        which table each name holds (a destination's record of names; the names
                 themselves: `connector.naming`)
+    remembered  what a sync keeps of a destination whose version it can read cheaply
     storage     the filesystem layer under the file formats: a local folder or object storage
     files       Parquet / CSV files          sql      SQLAlchemy (SQLite, PostgreSQL)
     duckdb      a DuckDB file                delta    Delta Lake tables
