@@ -670,6 +670,43 @@ def test_held_names_say_which_table_each_name_holds(place: Place) -> None:
         reopened.close()
 
 
+def test_a_version_moves_with_every_commit_and_claim_and_never_with_a_read(place: Place) -> None:
+    """What lets a run answer from memory (`connector.destinations.remembered`): a kind
+    either reads no version (None, always), or one that any change moves."""
+
+    def version() -> str | None:
+        opened = open_destination(place.config())
+        try:
+            return opened.version()
+        finally:
+            opened.close()
+
+    place.apply(ROWS)
+    first = version()
+    opened = open_destination(place.config())
+    try:
+        list(opened.scan(Target(TABLE, TABLE.name), ["_id", "_updated_at"]))
+        opened.stored(Target(TABLE, TABLE.name))
+        opened.held()
+    finally:
+        opened.close()
+    assert version() == first
+    place.apply(ROWS[:1])  # another writer's commit, as the destination sees it
+    second = version()
+    opened = open_destination(place.config())
+    try:
+        opened.claim({"claimed": "tbl_claimed"})
+    finally:
+        opened.close()
+    third = version()
+    if first is None:
+        assert (second, third) == (None, None)
+    else:
+        assert len({first, second, third}) == 3, (first, second, third)
+    own_catalog = place.kind == "iceberg" and getattr(place, "catalog", None) is None
+    assert (place.kind == "sqlite" or own_catalog) == (first is not None)  # the cheap ones
+
+
 # --- exact values: every number as its value type holds it, "" apart from null ---------------
 
 EXACT = Table("tbl_exact", "exact", (
