@@ -176,7 +176,7 @@ class _Runner:
             for config in job.destinations:
                 destination: Destination = _located(job, config.where, partial(open_destination, config))
                 stack.callback(destination.close)
-                if not job.one_shot and destination.version() is not None:
+                if not (job.one_shot or self.dry_run) and destination.version() is not None:
                     key = hashlib.sha256(config.describe().encode()).hexdigest()[:16]
                     destination = RememberedDestination(destination, job.memory_path / key)
                     remembered.append(destination)

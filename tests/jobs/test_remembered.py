@@ -68,6 +68,9 @@ def test_a_quiet_run_after_a_quiet_run_does_not_import_pyiceberg(
     assert not sync_saying_imports(workspace, job)
     assert not sync_saying_imports(workspace, job)
 
+    kept = {p: p.read_bytes() for p in load_job(job).memory_path.rglob("*") if p.is_file()}
+    assert workspace.run(job, dry_run=True).status == "ok"  # writes nothing, here neither
+    assert {p: p.read_bytes() for p in load_job(job).memory_path.rglob("*") if p.is_file()} == kept
     assert {t.status for t in workspace.run(job).tables} == {"unchanged"}
     assert_same_as_server(workspace, workspace.people, held(tmp_path / "lake"))
 
