@@ -22,6 +22,7 @@ Ids and stamps are kept as Arrow files and read back batch by batch: memory stay
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import shutil
@@ -36,6 +37,7 @@ import pyarrow as pa
 
 from connector.atomic import atomic_path
 from connector.destinations.base import Committed, Destination, TableChange, Target, live_rows
+from connector.errors import DestinationError
 
 __all__ = ["RememberedDestination"]
 
@@ -68,7 +70,7 @@ class RememberedDestination:
         self.capabilities = inner.capabilities
         self.folder = folder
         self._lock = threading.Lock()
-        self._wrote = False
+        self._wrote = self._unkept = False
         version = inner.version()
         kept = _read(folder) if version is not None else None
         #: Known to hold what `_memory` says from the start (so the check is not needed).
@@ -80,8 +82,8 @@ class RememberedDestination:
     @property
     def _remembering(self) -> bool:
         """Answers are kept for later runs: there is a version, and this run wrote nothing
-        here yet (once it has, nothing it learns is kept)."""
-        return self._memory is not None and not self._wrote
+        here yet (once it has, nothing it learns is kept), nor failed to keep an answer."""
+        return self._memory is not None and not (self._wrote or self._unkept)
 
     # --- answered from memory where it can be -----------------------------------------------
 
@@ -109,12 +111,12 @@ class RememberedDestination:
         self, target: Target, columns: Sequence[str], *, updated_after: datetime | None = None
     ) -> Iterator[pa.RecordBatch]:
         kept = [target.id_name, target.updated_name]
-        if not self._remembering or not set(columns) <= set(kept):
+        table = self._table(target) if self._remembering and set(columns) <= set(kept) else None
+        if table is not None and table.rows is None:
+            table.rows = self._record(target, kept)
+        if table is None or table.rows is None:
             yield from self.inner.scan(target, columns, updated_after=updated_after)
             return
-        table = self._table(target)
-        if table.rows is None:
-            table.rows = self._record(target, kept)
         with pa.memory_map(str(self.folder / table.rows)) as source:
             reader = pa.ipc.open_file(source)
             names = reader.schema.names
@@ -151,9 +153,13 @@ class RememberedDestination:
         memory = self._memory
         if memory is None:
             return
-        if self._wrote or self.inner.version() != memory.version:
+        if self._wrote or self._unkept or self.inner.version() != memory.version:
             shutil.rmtree(self.folder, ignore_errors=True)
             return
+        with contextlib.suppress(OSError, DestinationError):  # a cache: unkept, nothing lost
+            self._write(memory)
+
+    def _write(self, memory: _Memory) -> None:
         index = {
             "version": memory.version,
             "held": memory.held,
@@ -182,16 +188,35 @@ class RememberedDestination:
                 table = self._memory.tables[target.name] = _Table(shape)
             return table
 
-    def _record(self, target: Target, columns: list[str]) -> str:
-        """Read the table's live ids and stamps into a file of the folder; its name."""
-        self.folder.mkdir(parents=True, exist_ok=True)
+    def _record(self, target: Target, columns: list[str]) -> str | None:
+        """Read the table's live ids and stamps into a file of the folder; its name. None
+        when the folder cannot take it (full, or not a folder): nothing is kept then, and
+        the destination answers itself. A failure of the destination's read is its own."""
+        read_failed = False
+
+        def read() -> Iterator[pa.RecordBatch]:
+            nonlocal read_failed
+            try:
+                yield from self.inner.scan(target, columns)
+            except BaseException:
+                read_failed = True
+                raise
+
         name = f"{uuid.uuid4().hex}.arrow"
-        with atomic_path(self.folder / name) as temp, pa.OSFile(str(temp), "wb") as sink:
-            writer = None
-            for batch in self.inner.scan(target, columns):
-                writer = writer or pa.ipc.new_file(sink, batch.schema)
-                writer.write_batch(batch)
-            (writer or pa.ipc.new_file(sink, pa.schema([target.schema.field(c) for c in columns]))).close()
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            with atomic_path(self.folder / name) as temp, pa.OSFile(str(temp), "wb") as sink:
+                writer = None
+                for batch in read():
+                    writer = writer or pa.ipc.new_file(sink, batch.schema)
+                    writer.write_batch(batch)
+                empty = pa.schema([target.schema.field(c) for c in columns])
+                (writer or pa.ipc.new_file(sink, empty)).close()
+        except (OSError, DestinationError):
+            if read_failed:
+                raise
+            self._unkept = True  # nothing kept of this run: answers from the destination
+            return None
         return name
 
 

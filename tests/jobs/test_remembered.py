@@ -189,3 +189,21 @@ def test_the_version_moves_with_commits_and_claims_not_with_reads(
     destination.close()
     assert version() != after_commit
     assert open_lake(lake, catalog=f"sqlite:///{lake}/catalog.db").version() is None
+
+
+def test_a_memory_that_cannot_be_kept_leaves_the_runs_as_they_were(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """The memory's place is taken by a file: nothing is kept, and every run reads the
+    destination and writes what changed."""
+    job = workspace.job(JOB)
+    load_job(job).memory_path.write_text("not a folder")
+    for _ in range(3):
+        assert workspace.run(job).status == "ok"
+    change_people(workspace)
+
+    people = result(workspace.run(job), "People")
+
+    assert (people.status, people.rows_deleted) == ("ok", 1), people.error
+    assert_same_as_server(workspace, workspace.people, held(tmp_path / "lake"))
+    assert load_job(job).memory_path.read_text() == "not a folder"
