@@ -26,6 +26,8 @@ Requests of a quiet incremental run (nothing changed upstream), ``deletes`` dele
 that is 1 + 4 per table (1 + 2 with ``deletes = "keep"``); nothing is written. L is the
 cursor, or within the lookback window before it while that is not settled
 (`connector.jobs.reads`): then the rows it holds are read too (and compared, not written).
+What each destination holds is asked of it, or, when its version is what the last quiet run
+saw, answered from what that run kept (`connector.destinations.remembered`).
 
 ``--verify`` reads every row (and S before), compares a hash of each row's cells with each
 merging destination's rows, and writes only what differs: rows missing or different are
@@ -168,7 +170,8 @@ class _Runner:
 
     def _everything(self, state: JobState) -> JobState:
         """Open the destinations (an unreachable one fails before any read), then push,
-        then copy the tables; returns the state after them."""
+        then copy the tables, then keep what the destinations answered (`keep`); returns
+        the state after them."""
         job = self.job
         with ExitStack() as stack:
             destinations: list[Destination] = []
