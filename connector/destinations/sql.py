@@ -29,7 +29,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import sqlalchemy as sa
-from psycopg.copy import QueuedLibpqWriter
 from sqlalchemy.dialects import postgresql, sqlite
 
 from connector.arrays import bool_array, float_array, string_array
@@ -472,6 +471,8 @@ def _copy(conn: sa.Connection, target: sa.Table, batches: Iterable[pa.RecordBatc
 
     A writer thread sends each chunk while the next batch is being encoded.
     """
+    from psycopg.copy import QueuedLibpqWriter  # only a PostgreSQL engine's: psycopg loaded
+
     quote = conn.dialect.identifier_preparer.quote_identifier
     names = [c.name for c in target.columns]
     sql = f"COPY {quote(target.name)} ({', '.join(map(quote, names))}) FROM STDIN (FORMAT csv)"
