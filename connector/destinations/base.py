@@ -268,6 +268,16 @@ def sqlite_version(path: Path) -> str | None:
     return f"{identity.st_dev}:{identity.st_ino}:{int.from_bytes(header[24:28], 'big')}"
 
 
+def file_stamp(path: Path) -> str:
+    """A file's identity, change time and size, for a version ('' when there is no file):
+    a file replaced or written has another."""
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return ""
+    return f"{stat.st_ino}:{stat.st_ctime_ns}:{stat.st_mtime_ns}:{stat.st_size}"
+
+
 # --- for the kinds: whose failure a failure is ----------------------------------------------
 
 

@@ -62,6 +62,7 @@ from connector.destinations.base import (
     Committed,
     TableChange,
     Target,
+    file_stamp,
     library_errors,
     live_rows,
     own_errors,
@@ -198,20 +199,11 @@ class IcebergDestination:
         self._open_catalog(create=True)
 
     def version(self) -> str | None:
-        """The folder's own catalog file's change counter, and the name record's stamp: one
-        moves with every commit, the other with every claim, whoever makes them. None for a
-        shared catalog, and for a catalog file that does not count its changes (WAL mode)."""
+        """Its own catalog file's (every commit) and name record's (every claim); None: shared."""
         local = self._local_catalog()
-        if local is None:
-            return None
-        counter = sqlite_version(local)
-        if counter is None:
-            return None
-        try:
-            record = os.stat(Path(self.config.target) / RECORD_FILE)
-        except FileNotFoundError:
-            return f"{counter}"
-        return f"{counter}:{record.st_ino}:{record.st_mtime_ns}:{record.st_size}"
+        counter = None if local is None else sqlite_version(local)
+        record = file_stamp(Path(self.config.target) / RECORD_FILE)
+        return None if counter is None else f"{counter}:{record}"
 
     def close(self) -> None:
         if self._catalog is not None:
@@ -598,14 +590,10 @@ def _removed_on_failure(location: str, sweep: Any) -> Iterator[None]:
 
 def _local(location: str) -> str:
     """A table location as `open_store` takes it (``file:`` URLs as paths)."""
-    return location.removeprefix("file://") if location.startswith("file://") else location
+    return location.removeprefix("file://")
 
 
 def _relative(path: str, location: str) -> str | None:
     """`path` (a metadata file) as a name under `location`, or None when it is not under it."""
     inside, root = _local(path), _local(location).rstrip("/") + "/"
     return inside.removeprefix(root) if inside.startswith(root) else None
-
-
-# --- the change's own rows ------------------------------------------------------------------
-
