@@ -62,42 +62,39 @@ class _Memory:
 
 
 class RememberedDestination:
-    """`inner`, its answers kept in `folder` while its version stays the same."""
+    """`inner`, whose `version` is read as the run begins, its answers kept under `memory`
+    (a job's `memory_path`: a folder for each destination) while the version stays."""
 
-    def __init__(self, inner: Destination, folder: Path) -> None:
+    def __init__(self, inner: Destination, version: str, memory: Path) -> None:
         self.inner = inner
         self.config = inner.config
         self.capabilities = inner.capabilities
-        self.folder = folder
+        self.folder = memory / hashlib.sha256(inner.config.describe().encode()).hexdigest()[:16]
         self._lock = threading.Lock()
-        self._wrote = self._unkept = False
-        version = inner.version()
-        kept = _read(folder) if version is not None else None
+        self._wrote = self._unkept = self._learned = False
+        kept = _read(self.folder)
         #: Known to hold what `_memory` says from the start (so the check is not needed).
-        self.known = kept is not None and kept.version == version
-        self._memory = kept if self.known else (
-            None if version is None else _Memory(version)
-        )
+        self._known = kept is not None and kept.version == version
+        self._memory = kept if kept is not None and self._known else _Memory(version)
 
     @property
     def _remembering(self) -> bool:
-        """Answers are kept for later runs: there is a version, and this run wrote nothing
-        here yet (once it has, nothing it learns is kept), nor failed to keep an answer."""
-        return self._memory is not None and not (self._wrote or self._unkept)
+        """Answers are kept for later runs: this run wrote nothing here yet (once it has,
+        nothing it learns is kept), nor failed to keep an answer."""
+        return not (self._wrote or self._unkept)
 
     # --- answered from memory where it can be -----------------------------------------------
 
     def check(self) -> None:
-        if not self.known:
+        if not self._known:
             self.inner.check()
 
     def held(self) -> dict[str, str | None]:
-        memory = self._memory
-        if memory is None or not self._remembering:
+        if not self._remembering:
             return self.inner.held()
-        if memory.held is None:
-            memory.held = self.inner.held()
-        return dict(memory.held)
+        if self._memory.held is None:
+            self._memory.held, self._learned = self.inner.held(), True
+        return dict(self._memory.held)
 
     def stored(self, target: Target) -> pa.Schema | None:
         if not self._remembering:
@@ -105,6 +102,7 @@ class RememberedDestination:
         table = self._table(target)
         if not table.has_stored:
             table.stored, table.has_stored = self.inner.stored(target), True
+            self._learned = True
         return table.stored
 
     def scan(
@@ -130,8 +128,7 @@ class RememberedDestination:
     def apply(self, target: Target, change: TableChange) -> Committed:
         with self._lock:
             self._wrote = True
-            if self._memory is not None:
-                self._memory.tables.pop(target.name, None)
+            self._memory.tables.pop(target.name, None)
         return self.inner.apply(target, change)
 
     def claim(self, names: Mapping[str, str]) -> None:
@@ -151,13 +148,11 @@ class RememberedDestination:
         """After a run that finished: keep what it learned, if nothing here changed while it
         ran; else forget everything (the next run asks the destination)."""
         memory = self._memory
-        if memory is None:
-            return
         if self._wrote or self._unkept or self.inner.version() != memory.version:
             shutil.rmtree(self.folder, ignore_errors=True)
-            return
-        with contextlib.suppress(OSError, DestinationError):  # a cache: unkept, nothing lost
-            self._write(memory)
+        elif self._learned or not self._known:  # else the folder already says it all
+            with contextlib.suppress(OSError, DestinationError):  # a cache: nothing lost
+                self._write(memory)
 
     def _write(self, memory: _Memory) -> None:
         index = {
@@ -180,7 +175,6 @@ class RememberedDestination:
     # --- inside -------------------------------------------------------------------------------
 
     def _table(self, target: Target) -> _Table:
-        assert self._memory is not None
         shape = _shape(target)
         with self._lock:
             table = self._memory.tables.get(target.name)
@@ -217,6 +211,7 @@ class RememberedDestination:
                 raise
             self._unkept = True  # nothing kept of this run: answers from the destination
             return None
+        self._learned = True
         return name
 
 

@@ -37,7 +37,6 @@ in the result (`TableResult.verified`).
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -179,9 +178,9 @@ class _Runner:
             for config in job.destinations:
                 destination: Destination = _located(job, config.where, partial(open_destination, config))
                 stack.callback(destination.close)
-                if not (job.one_shot or self.dry_run) and destination.version() is not None:
-                    key = hashlib.sha256(config.describe().encode()).hexdigest()[:16]
-                    destination = RememberedDestination(destination, job.memory_path / key)
+                version = None if job.one_shot or self.dry_run else destination.version()
+                if version is not None:
+                    destination = RememberedDestination(destination, version, job.memory_path)
                     remembered.append(destination)
                 destinations.append(destination)
             checked = None if self.dry_run else _checking(job, destinations)
