@@ -14,9 +14,10 @@ file that no writer holds.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
-import tempfile
+import secrets
 import threading
 import time
 from collections.abc import Iterator
@@ -28,6 +29,8 @@ __all__ = ["atomic_path"]
 
 #: Temp files end with this, so globs on `*.parquet` / `*.csv` never pick up a partial file.
 PARTIAL_SUFFIX = ".partial"
+#: Random temp names tried before giving up.
+_NAME_TRIES = 100
 
 
 @contextlib.contextmanager
@@ -47,7 +50,6 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         yield temp
         with open(temp, "rb+") as written:
             os.fsync(written.fileno())
-        os.chmod(temp, 0o666 & ~_umask())  # as open() would have made it: mkstemp makes 0600
         os.replace(temp, target)
         _fsync_dir(target.parent)
     except OSError as exc:
@@ -71,9 +73,7 @@ def _locked_temp(target: Path) -> tuple[int, Path]:
     for attempt in range(1, 6):
         _make_folder(target)
         try:
-            fd, name = tempfile.mkstemp(
-                dir=target.parent, prefix=f".{target.name}.", suffix=PARTIAL_SUFFIX
-            )
+            fd, name = _new_file(target)
         except FileNotFoundError as exc:  # another writer's failure just removed the empty folder
             if attempt == 5:
                 raise DestinationError(f"cannot write {target}: {_said(exc)}") from exc
@@ -83,7 +83,7 @@ def _locked_temp(target: Path) -> tuple[int, Path]:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             if os.stat(name).st_ino == os.fstat(fd).st_ino:
-                return fd, Path(name)
+                return fd, name
         except FileNotFoundError:
             pass
         os.close(fd)  # removed before it was locked: make another
@@ -184,19 +184,17 @@ def _kept(folder: Path) -> None:
         _made.difference_update((folder, *folder.parents))
 
 
-def _umask() -> int:
-    """The process's umask, read without changing it where Linux shows it (``os.umask`` can
-    only be read by setting it, which races with other threads creating files)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+def _new_file(target: Path) -> tuple[int, Path]:
+    """A file of a name no other has, beside `target`, made as ``open()`` makes one: 0666
+    less the umask, which the kernel applies (``mkstemp`` makes 0600, and reading the umask
+    to widen it took a read of ``/proc`` and a ``chmod`` a file)."""
+    for _ in range(_NAME_TRIES):
+        name = target.with_name(f".{target.name}.{secrets.token_hex(4)}{PARTIAL_SUFFIX}")
+        try:
+            return os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), name
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, f"no free temp file name beside {target}")
 
 
 def _fsync_dir(directory: Path) -> None:
