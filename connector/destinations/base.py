@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -245,8 +245,23 @@ def _ticks(value: datetime, type_: pa.TimestampType) -> int:
     return micros_of(value) * per_second // 10**6
 
 
-def live_rows(held: Iterable[str], target: Target, updated_after: datetime | None) -> LiveRows:
-    return LiveRows(held, target, updated_after)
+def live_batches(
+    held: Iterable[str],
+    target: Target,
+    columns: Sequence[str],
+    updated_after: datetime | None,
+    read: Callable[[list[str]], Iterable[pa.RecordBatch]],
+) -> Iterator[pa.RecordBatch]:
+    """A `Destination.scan` of a held table whose columns are `held`: the batches
+    `read(names)` gives, less the rows marked deleted (and, with `updated_after`, those not
+    changed after it), cut to the `columns` asked that the table holds. Every destination
+    that reads its tables as Arrow batches scans through this."""
+    held = set(held)
+    keep = LiveRows(held, target, updated_after)
+    wanted = [c for c in columns if c in held]
+    extra = [c for c in keep.columns if c not in wanted]
+    for batch in read(wanted + extra):
+        yield keep(batch).select(wanted)
 
 
 def sqlite_version(path: Path) -> str | None:

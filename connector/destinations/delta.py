@@ -42,6 +42,7 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -56,7 +57,7 @@ from connector.destinations.base import (
     TableChange,
     Target,
     library_errors,
-    live_rows,
+    live_batches,
     own_errors,
 )
 from connector.destinations.evolve import renames
@@ -223,12 +224,9 @@ class DeltaDestination:
         if table is None:
             return
         with self._failures("reading", uri):
-            names = _names(table)
-            wanted = [c for c in columns if c in names]
-            keep = live_rows(names, target, updated_after)
-            extra = [c for c in keep.columns if c not in wanted]
-            for batch in _rows(table, wanted + extra):
-                yield keep(batch).select(wanted)
+            yield from live_batches(
+                _names(table), target, columns, updated_after, partial(_rows, table)
+            )
 
     def apply(self, target: Target, change: TableChange) -> Committed:
         uri = self.locate(target)

@@ -13,6 +13,7 @@ import contextlib
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Literal
 
 import pyarrow as pa
@@ -23,7 +24,7 @@ from connector.destinations.base import (
     Committed,
     TableChange,
     Target,
-    live_rows,
+    live_batches,
 )
 from connector.destinations.formats import encode_csv, encode_parquet, parquet_batches
 from connector.destinations.held import FolderRecord, held
@@ -96,12 +97,10 @@ class FilesDestination:
         if path is None:
             return
         with self._failures(name, "reading"), pq.ParquetFile(path) as file:  # not pq.read_table: pyarrow.dataset loads pandas
-            held = set(file.schema_arrow.names)
-            wanted = [c for c in columns if c in held]
-            keep = live_rows(held, target, updated_after)
-            extra = [c for c in keep.columns if c not in wanted]
-            for batch in parquet_batches(file, wanted + extra):
-                yield keep(batch).select(wanted)
+            yield from live_batches(
+                file.schema_arrow.names, target, columns, updated_after,
+                partial(parquet_batches, file),
+            )
 
     def apply(self, target: Target, change: TableChange) -> Committed:
         if change.mode not in self.capabilities.modes:

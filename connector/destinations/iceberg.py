@@ -49,6 +49,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,7 @@ from connector.destinations.base import (
     Target,
     file_stamp,
     library_errors,
-    live_rows,
+    live_batches,
     own_errors,
     sqlite_version,
 )
@@ -259,12 +260,9 @@ class IcebergDestination:
         if table is None:
             return
         with self._failures("reading", self.locate(target)):
-            names = _names(table)
-            wanted = [c for c in columns if c in names]
-            keep = live_rows(names, target, updated_after)
-            extra = [c for c in keep.columns if c not in wanted]
-            for batch in _rows(table, wanted + extra):
-                yield keep(batch).select(wanted)
+            yield from live_batches(
+                _names(table), target, columns, updated_after, partial(_rows, table)
+            )
 
     def apply(self, target: Target, change: TableChange) -> Committed:
         table = self._load(target, create=True)

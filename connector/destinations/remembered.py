@@ -36,7 +36,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from connector.atomic import atomic_path
-from connector.destinations.base import Committed, Destination, TableChange, Target, live_rows
+from connector.destinations.base import Committed, Destination, TableChange, Target, live_batches
 from connector.errors import DestinationError
 
 __all__ = ["RememberedDestination"]
@@ -117,11 +117,10 @@ class RememberedDestination:
             return
         with pa.memory_map(str(self.folder / table.rows)) as source:
             reader = pa.ipc.open_file(source)
-            names = reader.schema.names
-            wanted = [c for c in columns if c in names]
-            keep = live_rows(names, target, updated_after)
-            for index in range(reader.num_record_batches):
-                yield keep(reader.get_batch(index)).select(wanted)
+            yield from live_batches(  # the file holds only the columns kept: read them all
+                reader.schema.names, target, columns, updated_after,
+                lambda _: map(reader.get_batch, range(reader.num_record_batches)),
+            )
 
     # --- changes: nothing kept of what they touch ---------------------------------------------
 
