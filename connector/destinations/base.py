@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -215,8 +215,7 @@ class LiveRows:
     """The filter a scan applies to held batches: rows not marked deleted (and, when asked,
     changed after a time). `columns` are what it needs read besides the scan's own."""
 
-    def __init__(self, held: Iterable[str], target: Target, updated_after: datetime | None) -> None:
-        held = set(held)
+    def __init__(self, held: Collection[str], target: Target, updated_after: datetime | None) -> None:
         self.mark = target.deleted_name
         self.marks = self.mark in held
         self.updated = target.updated_name if updated_after is not None else None
